@@ -1,0 +1,106 @@
+# Runtime Watcher — see README.md. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+# One Kubernetes version for the client libraries (go.mod: k8s.io/* v0.34.x,
+# controller-runtime v0.22.x) and for the API server the tests run against.
+K8S_VERSION        ?= 1.34.2
+CONTROLLER_TOOLS   ?= v0.19.0
+KUSTOMIZE_VERSION  ?= v5.7.1
+
+ROOT        := $(CURDIR)
+BIN         := $(ROOT)/bin
+K8S_ASSETS  := $(BIN)/k8s/$(K8S_VERSION)
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS)
+KUSTOMIZE   := $(BIN)/kustomize-$(KUSTOMIZE_VERSION)
+export KUBEBUILDER_ASSETS := $(K8S_ASSETS)
+export PATH := $(K8S_ASSETS):$(PATH)
+
+BINARIES := ext-authz skr-webhook vs-controller listener/example
+GO_TEST_FLAGS ?= -count=1 -timeout 40m
+
+K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) \
+	-X k8s.io/client-go/pkg/version.gitVersion=v$(K8S_VERSION) \
+	-X k8s.io/client-go/pkg/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
+	-X k8s.io/client-go/pkg/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
+
+##@ The two commands
+
+.PHONY: run
+run: build envtest-assets ## Bring up KCP and SKR API servers and the whole system locally; Ctrl-C stops it.
+	go run ./test/run
+
+.PHONY: test
+test: envtest-assets lint ## Unit, integration and e2e tests against real API servers.
+	go test $(GO_TEST_FLAGS) ./...
+
+##@ Development
+
+.PHONY: build
+build: ## Build every binary into bin/.
+	@mkdir -p $(BIN)
+	@for b in $(BINARIES); do echo "go build ./$$b -> bin/$$(basename $$b)"; go build -o $(BIN)/$$(basename $$b) ./$$b; done
+
+.PHONY: bench
+bench: envtest-assets ## Run the benchmarks (figures in their output).
+	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+.PHONY: lint
+lint: ## gofmt check and go vet.
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy code.
+	$(CONTROLLER_GEN) object paths=./api/...
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-manager's CRDs from their Go modules.
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=manifests/crds
+	$(CONTROLLER_GEN) rbac:roleName=vs-controller paths=./vs-controller/... output:rbac:artifacts:config=manifests/kcp/rbac
+	cp "$$(go list -m -f '{{.Dir}}' istio.io/api)/kubernetes/customresourcedefinitions.gen.yaml" manifests/crds/third_party/istio.yaml
+	cm="$$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"; \
+	  for f in certificates certificaterequests issuers clusterissuers; do cp "$$cm/deploy/crds/cert-manager.io_$$f.yaml" manifests/crds/third_party/; done
+	chmod 644 manifests/crds/third_party/*.yaml
+
+.PHONY: envtest-assets
+envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl ## Build kube-apiserver, etcd and kubectl from source into bin/k8s/<version>/ (once).
+
+# Built from test/tools/k8s (its go.mod pins k8s.io/kubernetes and etcd);
+# only the Go module proxy is used.
+$(K8S_ASSETS)/kube-apiserver:
+	@echo "Building kube-apiserver v$(K8S_VERSION) from source (several minutes the first time)..."
+	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
+
+$(K8S_ASSETS)/kubectl:
+	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
+
+$(K8S_ASSETS)/etcd:
+	cd test/tools/k8s && go build -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS) && mv $(BIN)/controller-gen $@
+
+$(KUSTOMIZE):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && mv $(BIN)/kustomize $@
+
+##@ End to end
+
+.PHONY: e2e
+e2e: envtest-assets ## The e2e suite on the local environment (also part of `make test`).
+	go test $(GO_TEST_FLAGS) ./test/e2e/...
+
+.PHONY: e2e-kind
+e2e-kind: ## The same e2e suite on kind with Istio and cert-manager (needs Docker).
+	./test/kind/e2e.sh
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-16s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)

@@ -1,0 +1,141 @@
+// Package contract is the one place for the wire contract between the parts
+// of Runtime Watcher (ARCHITECTURE.md §3): URL paths, HTTP headers, Kyma
+// annotation and label keys, deny reasons, size limits and the WatchEvent
+// body. Every component imports these names instead of re-declaring them.
+//
+// It depends on the standard library and k8s.io/apimachinery only, so
+// operators can import it through the listener without pulling in Istio,
+// Envoy or cert-manager.
+package contract
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Paths.
+const (
+	// EventPathPrefix starts every event path: POST /v2/<manager>/event.
+	EventPathPrefix = "/v2/"
+	// EventPathSuffix ends every event path.
+	EventPathSuffix = "/event"
+	// ValidatePathPrefix starts the admission path of the skr-webhook:
+	// POST /validate/<manager>.
+	ValidatePathPrefix = "/validate/"
+)
+
+// EventPath is the KCP path an SKR posts a manager's events to.
+func EventPath(manager string) string { return EventPathPrefix + manager + EventPathSuffix }
+
+// ValidatePath is the skr-webhook admission path for a manager.
+func ValidatePath(manager string) string { return ValidatePathPrefix + manager }
+
+// ManagerFromEventPath returns the manager named by an event path and whether
+// the path is a valid event path (the manager must be a DNS-1123 label).
+func ManagerFromEventPath(path string) (string, bool) {
+	if !strings.HasPrefix(path, EventPathPrefix) || !strings.HasSuffix(path, EventPathSuffix) {
+		return "", false
+	}
+	m := path[len(EventPathPrefix) : len(path)-len(EventPathSuffix)]
+	return m, ValidManager(m)
+}
+
+// ManagerFromValidatePath returns the manager named by an admission path and
+// whether it is valid.
+func ManagerFromValidatePath(path string) (string, bool) {
+	if !strings.HasPrefix(path, ValidatePathPrefix) {
+		return "", false
+	}
+	m := path[len(ValidatePathPrefix):]
+	return m, ValidManager(m)
+}
+
+// ValidManager reports whether name is a DNS-1123 label, the only form a
+// manager name may take in a path.
+func ValidManager(name string) bool {
+	return len(validation.IsDNS1123Label(name)) == 0
+}
+
+// HTTP headers (lowercase, as Envoy passes them to ext_authz).
+const (
+	// HeaderXFCC carries the client certificate set by the gateway
+	// (forwardClientCertDetails: SANITIZE_SET).
+	HeaderXFCC = "x-forwarded-client-cert"
+	// HeaderRuntimeID is set by ext-authz on allow: the certificate's CN.
+	HeaderRuntimeID = "x-watcher-runtime-id"
+	// HeaderSKRDomain is set by ext-authz on allow: the Kyma's skr-domain,
+	// lowercased, without a trailing dot.
+	HeaderSKRDomain = "x-watcher-skr-domain"
+	// HeaderDenyReason carries the DenyReason on a 403 from ext-authz.
+	HeaderDenyReason = "x-watcher-deny-reason"
+)
+
+// Kyma CR keys used for SAN pinning.
+const (
+	// AnnotationSKRDomain on a Kyma CR holds the runtime's domain; the
+	// client certificate must carry it as a DNS SAN.
+	AnnotationSKRDomain = "skr-domain"
+	// LabelRuntimeID on a Kyma CR names its runtime when the CR's name
+	// differs from the runtime ID.
+	LabelRuntimeID = "kyma-project.io/runtime-id"
+	// LabelManagedBy on a Watcher is the fallback for spec.manager.
+	LabelManagedBy = "operator.kyma-project.io/managed-by"
+)
+
+// DenyReason is the machine-readable reason ext-authz (or the listener's
+// in-process pinning) gives for refusing a request.
+type DenyReason string
+
+// Deny reasons (ARCHITECTURE.md §3.4 and §3.7).
+const (
+	ReasonMissingClientCert   DenyReason = "missing-client-cert"
+	ReasonMalformedXFCC       DenyReason = "malformed-xfcc"
+	ReasonInvalidCertificate  DenyReason = "invalid-certificate"
+	ReasonUnknownRuntime      DenyReason = "unknown-runtime"
+	ReasonDomainNotSet        DenyReason = "domain-not-set"
+	ReasonSANMismatch         DenyReason = "san-mismatch"
+	ReasonTooManySANs         DenyReason = "too-many-sans"
+	ReasonCertificateMismatch DenyReason = "certificate-mismatch"
+	ReasonNotReady            DenyReason = "not-ready"
+)
+
+// DenyBody is the JSON body of a deny response: {"reason": ..., "message": ...}.
+type DenyBody struct {
+	Reason  DenyReason `json:"reason"`
+	Message string     `json:"message"`
+}
+
+// Limits.
+const (
+	// MaxEventBodyBytes bounds a WatchEvent body (Kyma listener v2: 16 KiB).
+	MaxEventBodyBytes = 16 << 10
+	// MaxAdmissionBodyBytes bounds an AdmissionReview body.
+	MaxAdmissionBodyBytes = 7 << 20
+	// MaxXFCCBytes bounds the x-forwarded-client-cert header.
+	MaxXFCCBytes = 32 << 10
+	// MaxSANs bounds the SANs of a client certificate.
+	MaxSANs = 100
+)
+
+// ObjectKey names the watched object. Kyma's webhook sends the keys as
+// "Namespace"/"Name"; encoding/json matches keys case-insensitively, so both
+// forms decode into it.
+type ObjectKey struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// GroupVersionKind of the watched object, as Kyma's listener v2 expects it.
+type GroupVersionKind struct {
+	Group   string `json:"group"`
+	Version string `json:"version"`
+	Kind    string `json:"kind"`
+}
+
+// WatchEvent is the body of POST /v2/<manager>/event (ARCHITECTURE.md §3.3).
+// The sender's identity is never part of it: it is the client certificate.
+type WatchEvent struct {
+	Watched    ObjectKey        `json:"watched"`
+	WatchedGvk GroupVersionKind `json:"watchedGvk"`
+}

@@ -1,0 +1,50 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+)
+
+var built sync.Map // name → *buildResult
+
+type buildResult struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// BuildBinary builds the main package in the repository folder name (e.g.
+// "ext-authz", "listener/example") into bin/<base name> and returns its path.
+// Each binary is built once per test process; Go's build cache makes repeated
+// builds across processes cheap. The binary is renamed into place, so test
+// processes building the same binary at once never see a partial file.
+func BuildBinary(name string) (string, error) {
+	v, _ := built.LoadOrStore(name, &buildResult{})
+	r := v.(*buildResult)
+	r.once.Do(func() {
+		root := RepoRoot()
+		binDir := filepath.Join(root, "bin")
+		if r.err = os.MkdirAll(binDir, 0o755); r.err != nil {
+			return
+		}
+		tmp, err := os.CreateTemp(binDir, ".build-*")
+		if err != nil {
+			r.err = err
+			return
+		}
+		_ = tmp.Close()
+		cmd := exec.Command("go", "build", "-o", tmp.Name(), "./"+name)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(tmp.Name())
+			r.err = fmt.Errorf("go build ./%s: %w\n%s", name, err, out)
+			return
+		}
+		r.path = filepath.Join(binDir, filepath.Base(name))
+		r.err = os.Rename(tmp.Name(), r.path)
+	})
+	return r.path, r.err
+}

@@ -1,0 +1,203 @@
+// Package testenv starts real Kubernetes API servers (kube-apiserver and etcd
+// built from source by `make envtest-assets`, see ARCHITECTURE.md §4) for the
+// integration suites, the e2e suite and `make run`. Each named cluster ("kcp",
+// "skr", …) is its own API server with every CRD the project needs installed,
+// and an admin kubeconfig file that the project's binaries can use.
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istiosecurityv1 "istio.io/client-go/pkg/apis/security/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	watcherv1beta2 "github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+)
+
+// KubernetesVersion is the version of kube-apiserver that `make
+// envtest-assets` builds; it matches the k8s.io client libraries in go.mod.
+const KubernetesVersion = "1.34.2"
+
+var (
+	schemeOnce sync.Once
+	scheme     *k8sruntime.Scheme
+)
+
+// Scheme knows client-go's types, CRDs, the Watcher API, Istio networking and
+// security, and cert-manager.
+func Scheme() *k8sruntime.Scheme {
+	schemeOnce.Do(func() {
+		scheme = k8sruntime.NewScheme()
+		utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+		utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+		utilruntime.Must(watcherv1beta2.AddToScheme(scheme))
+		utilruntime.Must(istionetworkingv1.AddToScheme(scheme))
+		utilruntime.Must(istiosecurityv1.AddToScheme(scheme))
+		utilruntime.Must(certmanagerv1.AddToScheme(scheme))
+	})
+	return scheme
+}
+
+// RepoRoot is the absolute path of the repository root.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// AssetsDir is where kube-apiserver and etcd are: $KUBEBUILDER_ASSETS when
+// set, else bin/k8s/<KubernetesVersion> in the repository. It fails with an
+// instruction when the binaries are not there.
+func AssetsDir() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "bin", "k8s", KubernetesVersion)
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("%s not found in %s: run `make envtest-assets` to build it from source", b, dir)
+		}
+	}
+	return dir, nil
+}
+
+// CRDDirs are the folders whose CRDs every cluster gets.
+func CRDDirs() []string {
+	root := RepoRoot()
+	return []string{
+		filepath.Join(root, "manifests", "crds"),
+		filepath.Join(root, "manifests", "crds", "kyma-standin"),
+		filepath.Join(root, "manifests", "crds", "third_party"),
+	}
+}
+
+// Cluster is one running API server.
+type Cluster struct {
+	Name           string
+	Config         *rest.Config
+	Client         client.Client
+	KubeconfigPath string
+
+	env *envtest.Environment
+}
+
+// Env is a set of running clusters.
+type Env struct {
+	Dir      string
+	clusters map[string]*Cluster
+	order    []string
+	ownDir   bool
+}
+
+// Start starts one API server per name, with kubeconfig files in a new
+// temporary folder that Stop removes.
+func Start(names ...string) (*Env, error) {
+	dir, err := os.MkdirTemp("", "runtime-watcher-env-")
+	if err != nil {
+		return nil, err
+	}
+	e, err := StartInDir(dir, names...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	e.ownDir = true
+	return e, nil
+}
+
+// StartInDir starts one API server per name and writes <dir>/<name>.kubeconfig
+// for each.
+func StartInDir(dir string, names ...string) (*Env, error) {
+	if len(names) == 0 {
+		return nil, errors.New("testenv: no cluster names given")
+	}
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: dir, clusters: map[string]*Cluster{}}
+	for _, name := range names {
+		if _, dup := e.clusters[name]; dup {
+			_ = e.Stop()
+			return nil, fmt.Errorf("testenv: cluster %q named twice", name)
+		}
+		c, err := startCluster(name, assets, dir)
+		if err != nil {
+			_ = e.Stop()
+			return nil, fmt.Errorf("testenv: start cluster %q: %w", name, err)
+		}
+		e.clusters[name] = c
+		e.order = append(e.order, name)
+	}
+	return e, nil
+}
+
+func startCluster(name, assets, dir string) (*Cluster, error) {
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     CRDDirs(),
+		ErrorIfCRDPathMissing: true,
+		Scheme:                Scheme(),
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, err
+	}
+	user, err := env.AddUser(envtest.User{Name: name + "-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	path := filepath.Join(dir, name+".kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &Cluster{Name: name, Config: cfg, Client: c, KubeconfigPath: path, env: env}, nil
+}
+
+// Cluster returns the named cluster, or nil.
+func (e *Env) Cluster(name string) *Cluster { return e.clusters[name] }
+
+// Stop stops every cluster (in reverse start order) and removes the
+// kubeconfig folder when Start created it.
+func (e *Env) Stop() error {
+	var errs []error
+	for i := len(e.order) - 1; i >= 0; i-- {
+		if err := e.clusters[e.order[i]].env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", e.order[i], err))
+		}
+	}
+	e.order, e.clusters = nil, map[string]*Cluster{}
+	if e.ownDir {
+		if err := os.RemoveAll(e.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
