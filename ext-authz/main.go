@@ -1,0 +1,234 @@
+// Command ext-authz is the Envoy ext_authz gRPC service that does SAN pinning
+// at the KCP's Istio ingress gateway (ARCHITECTURE.md §3.4, §3.7).
+//
+// It serves envoy.service.auth.v3.Authorization and grpc.health.v1.Health on
+// --grpc-addr, /healthz and /readyz on --health-addr and /metrics on
+// --metrics-addr. Kyma CRs of --kyma-namespace are read from a metadata-only
+// informer cache; until it has synced, readiness, the gRPC health status and
+// every Check answer "unavailable" (Check: HTTP 503, never allow).
+//
+// It exits at once with a message on bad flags or when the API server cannot
+// be reached within --api-timeout, and stops gracefully on SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+)
+
+// defaultGCPercent is the GC target unless GOGC is set.
+const defaultGCPercent = 50
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ext-authz: invalid flags:", err)
+		os.Exit(2)
+	}
+	log := zap.New(zap.UseFlagOptions(&o.zap))
+	ctrllog.SetLogger(log)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// The live heap is small (the trimmed cache) and every Check makes
+		// short-lived garbage: collect at 50% growth instead of 100%, which
+		// keeps RSS well under 64 MiB with 10,000 runtimes for a few
+		// percent of CPU. GOGC overrides it.
+		debug.SetGCPercent(defaultGCPercent)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		log.Error(err, "ext-authz failed")
+		fmt.Fprintln(os.Stderr, "ext-authz:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx is done (graceful stop) or something fails.
+func run(ctx context.Context, o *options, log logr.Logger) error {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "ext-authz"
+	if err := checkAPIServer(cfg, o.apiTimeout); err != nil {
+		return err
+	}
+
+	kymas, err := pinning.NewKymaCache(ctx, cfg, o.kymaNamespace)
+	if err != nil {
+		return err
+	}
+
+	// Listen on everything first, so a taken port fails at once.
+	grpcLis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	metricsLis, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	healthLis, err := net.Listen("tcp", o.healthAddr)
+	if err != nil {
+		return fmt.Errorf("--health-addr: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := server.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+
+	var ready atomic.Bool
+	verifier := &pinning.Verifier{Lookup: pinning.NewKymaLookup(kymas, o.kymaNamespace), Roots: o.roots}
+	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
+
+	grpcServer := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	authv3.RegisterAuthorizationServer(grpcServer, authz)
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthSrv)
+	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
+		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+
+	healthMux := http.NewServeMux()
+	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "runtime cache not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	metricsMux := http.NewServeMux()
+	if os.Getenv("TMP_PPROF") != "" {
+		metricsMux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
+	metricsMux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	healthHTTP := &http.Server{Handler: healthMux, ReadHeaderTimeout: 5 * time.Second}
+	metricsHTTP := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 4)
+	go func() { errc <- wrap("informer cache", kymas.Start(ctx)) }()
+	go func() { errc <- wrap("gRPC server", grpcServer.Serve(grpcLis)) }()
+	go func() { errc <- wrap("health server", healthHTTP.Serve(healthLis)) }()
+	go func() { errc <- wrap("metrics server", metricsHTTP.Serve(metricsLis)) }()
+	go func() {
+		if !kymas.WaitForCacheSync(ctx) {
+			return
+		}
+		// The initial list left garbage behind; give it back to the OS
+		// once, so the steady-state footprint is the cache itself.
+		debug.FreeOSMemory()
+		if n, err := releaseStartupPages(); err != nil {
+			log.Info("could not release start-up pages", "error", err.Error())
+		} else {
+			log.V(1).Info("released start-up pages of the executable", "bytes", n)
+		}
+		ready.Store(true)
+		for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
+			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+		}
+		log.Info("Kyma cache synced; serving")
+	}()
+	log.Info("ext-authz started", "grpcAddr", grpcLis.Addr().String(), "healthAddr", healthLis.Addr().String(),
+		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-errc:
+	}
+
+	// Graceful stop: report not serving, let in-flight Checks finish.
+	ready.Store(false)
+	healthSrv.Shutdown()
+	done := make(chan struct{})
+	go func() { grpcServer.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(o.shutdownGrace):
+		grpcServer.Stop()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+	defer scancel()
+	_ = healthHTTP.Shutdown(sctx)
+	_ = metricsHTTP.Shutdown(sctx)
+	cancel()
+	return runErr
+}
+
+// wrap labels an error of a component that stopped; a component that stops
+// without an error (only on shutdown) is an error too, so run always returns.
+func wrap(what string, err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("%s stopped", what)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and no in-cluster configuration: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// checkAPIServer fails when the API server does not answer /version in time.
+func checkAPIServer(cfg *rest.Config, timeout time.Duration) error {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = timeout
+	dc, err := discovery.NewDiscoveryClientForConfig(c)
+	if err != nil {
+		return fmt.Errorf("API server client: %w", err)
+	}
+	if _, err := dc.ServerVersion(); err != nil {
+		return fmt.Errorf("API server %s not reachable within %s: %w", cfg.Host, timeout, err)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package pinning_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// TestKymaLookup runs NewKymaLookup over a real metadata-only cache of a real
+// API server, set up as ext-authz sets it up.
+func TestKymaLookup(t *testing.T) {
+	env, err := testenv.Start("kcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	kcp := env.Cluster("kcp")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, other = "kcp-system", "elsewhere"
+	for _, n := range []string{ns, other} {
+		if err := kcp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kymas := []client.Object{
+		extauthztest.Kyma(ns, "runtime-1", "skr1.example.com", nil),
+		extauthztest.Kyma(ns, "kyma-abc", "skr2.example.com", map[string]string{contract.LabelRuntimeID: "runtime-2", "team": "x"}),
+		extauthztest.Kyma(ns, "kyma-dup-1", "a.example.com", map[string]string{contract.LabelRuntimeID: "runtime-dup"}),
+		extauthztest.Kyma(ns, "kyma-dup-2", "b.example.com", map[string]string{contract.LabelRuntimeID: "runtime-dup"}),
+		extauthztest.Kyma(ns, "runtime-nodomain", "", nil),
+		extauthztest.Kyma(other, "runtime-3", "skr3.example.com", nil),
+		extauthztest.Kyma(other, "kyma-def", "skr3.example.com", map[string]string{contract.LabelRuntimeID: "runtime-3"}),
+	}
+	withExtra := extauthztest.Kyma(ns, "runtime-big", "big.example.com", nil)
+	withExtra.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: "big.example.com", "kubectl.kubernetes.io/last-applied-configuration": "{...}"})
+	kymas = append(kymas, withExtra)
+	for _, k := range kymas {
+		if err := kcp.Client.Create(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c, err := pinning.NewKymaCache(ctx, kcp.Config, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	lookup := pinning.NewKymaLookup(c, ns)
+
+	tests := []struct {
+		id      string
+		want    pinning.Runtime
+		found   bool
+		wantErr bool
+	}{
+		{id: "runtime-1", want: pinning.Runtime{ID: "runtime-1", SKRDomain: "skr1.example.com"}, found: true},
+		{id: "runtime-2", want: pinning.Runtime{ID: "runtime-2", SKRDomain: "skr2.example.com"}, found: true},
+		{id: "runtime-nodomain", want: pinning.Runtime{ID: "runtime-nodomain"}, found: true},
+		{id: "runtime-3"},                  // only in another namespace
+		{id: "kyma-def"},                   // only in another namespace
+		{id: "runtime-unknown"},            // nowhere
+		{id: "Runtime_1"},                  // neither a name nor a label value of any Kyma
+		{id: "runtime-dup", wantErr: true}, // ambiguous label: fail closed
+		{id: string(make([]byte, 300))},    // not a valid name or label value
+		{id: "runtime-big", want: pinning.Runtime{ID: "runtime-big", SKRDomain: "big.example.com"}, found: true},
+	}
+	for _, tt := range tests {
+		rt, found, err := lookup.LookupRuntime(ctx, tt.id)
+		if (err != nil) != tt.wantErr || found != tt.found || rt != tt.want {
+			t.Errorf("LookupRuntime(%q) = %+v, %v, %v; want %+v, %v, err=%v", tt.id, rt, found, err, tt.want, tt.found, tt.wantErr)
+		}
+	}
+
+	// The cache holds only what pinning reads.
+	k := pinning.NewKyma()
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kyma-abc"}, k); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.Labels) != 1 || len(k.Annotations) != 1 || len(k.ManagedFields) != 0 {
+		t.Errorf("cached Kyma not trimmed: labels %v, annotations %v, %d managedFields", k.Labels, k.Annotations, len(k.ManagedFields))
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "runtime-big"}, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+		t.Error("cached Kyma keeps last-applied-configuration")
+	}
+}
+
+func TestTrimKymaPassesOtherObjects(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"a": "b"}}}
+	got, err := pinning.TrimKyma(pod)
+	if err != nil || got != pod {
+		t.Fatalf("TrimKyma(pod) = %v, %v", got, err)
+	}
+}

@@ -1,0 +1,290 @@
+// Package pinning does SAN pinning (ARCHITECTURE.md §3.4, §3.7): it takes
+// the client certificate from an x-forwarded-client-cert header, checks it
+// and accepts it only when the Kyma CR named by its CN carries, in its
+// skr-domain annotation, one of the certificate's DNS SANs.
+//
+// It is shared by ext-authz's gRPC server and the listener's in-process
+// mode, so it depends only on the standard library, k8s.io/apimachinery,
+// controller-runtime, ext-authz/xfcc and api/contract.
+//
+// Decisions, in the order they are checked:
+//
+//   - no header, or a header with no element: missing-client-cert;
+//   - header over 32 KiB, unparsable, more than one element, no Cert (or an
+//     empty one, or several; Chain is never used): malformed-xfcc;
+//   - Cert not decodable to one X.509 certificate: invalid-certificate;
+//   - more than contract.MaxSANs SANs (DNS + URI + IP + email): too-many-sans;
+//   - expired, not yet valid, empty CN, or (with Roots) not chaining to
+//     Roots for client authentication: invalid-certificate;
+//   - source certificate given but not decodable: invalid-certificate; given
+//     and not the same certificate: certificate-mismatch;
+//   - no Kyma CR for the CN: unknown-runtime; annotation missing or empty:
+//     domain-not-set; no DNS SAN equal to it (or it is not a DNS name):
+//     san-mismatch.
+//
+// CN and DNS SANs always come from the decoded certificate, never from the
+// header's DNS= or Subject= pairs.
+package pinning
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+)
+
+// Runtime is what SAN pinning needs to know of a Kyma CR.
+type Runtime struct {
+	ID        string // runtime ID (Kyma name, or its kyma-project.io/runtime-id label)
+	SKRDomain string // raw value of the skr-domain annotation; "" when not set
+}
+
+// RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such runtime.
+type RuntimeLookup interface {
+	LookupRuntime(ctx context.Context, runtimeID string) (rt Runtime, found bool, err error)
+}
+
+// Identity is a verified SKR.
+type Identity struct {
+	RuntimeID string // certificate CN
+	SKRDomain string // the Kyma annotation value, lowercased, trailing dot removed
+}
+
+// Denial is a refusal with a contract reason; it implements error.
+type Denial struct {
+	Reason  contract.DenyReason
+	Message string
+}
+
+func (d *Denial) Error() string { return string(d.Reason) + ": " + d.Message }
+
+// Verifier does SAN pinning. Lookup is required; Roots optional (when set,
+// the leaf must chain to it, else invalid-certificate); Now defaults to
+// time.Now.
+//
+// A Verifier remembers what it decoded of recently seen certificates (a
+// bounded cache keyed by the SHA-256 of the header's Cert value), so a
+// runtime's repeated requests do not decode its certificate again; validity
+// times are still checked on every request. Set the fields before the first
+// Verify and do not copy a Verifier after it.
+type Verifier struct {
+	Lookup RuntimeLookup
+	Roots  *x509.CertPool
+	Now    func() time.Time
+
+	cache certCache
+}
+
+// ErrNoLookup is returned by Verify when the Verifier has no Lookup.
+var ErrNoLookup = errors.New("pinning: Verifier.Lookup is nil")
+
+// Verify checks the XFCC header (and, when non-empty, the PEM of
+// attributes.source.certificate, which must be the same certificate).
+// Returns (*Denial) as error for every refusal; any other error (lookup
+// failed) must be treated by callers as fail-closed (not allowed).
+//
+// sourceCertPEM may be plain PEM or URL-encoded PEM (Envoy URL-encodes
+// attributes.source.certificate); a value starting with "-----BEGIN " is
+// taken as plain PEM, anything else is query-unescaped first.
+//
+// When a refusal happens after the certificate was decoded, the returned
+// Identity's RuntimeID holds the certificate's CN for logging; it is not an
+// identity to trust.
+func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM string) (Identity, error) {
+	if v.Lookup == nil {
+		return Identity{}, ErrNoLookup
+	}
+	cert, d := v.certificate(xfccHeader, sourceCertPEM)
+	if d != nil {
+		if cert != nil {
+			return Identity{RuntimeID: cert.cn}, d
+		}
+		return Identity{}, d
+	}
+	id := Identity{RuntimeID: cert.cn}
+
+	rt, found, err := v.Lookup.LookupRuntime(ctx, id.RuntimeID)
+	if err != nil {
+		return id, fmt.Errorf("pinning: looking up runtime %q: %w", id.RuntimeID, err)
+	}
+	if !found {
+		return id, deny(contract.ReasonUnknownRuntime, "no Kyma for runtime %q", id.RuntimeID)
+	}
+	domain := NormalizeDomain(rt.SKRDomain)
+	if domain == "" {
+		return id, deny(contract.ReasonDomainNotSet, "Kyma of runtime %q has no %s annotation", id.RuntimeID, contract.AnnotationSKRDomain)
+	}
+	if !isDNS1123Subdomain(domain) {
+		return id, deny(contract.ReasonSANMismatch, "Kyma of runtime %q has %s %q, which is not a DNS name", id.RuntimeID, contract.AnnotationSKRDomain, domain)
+	}
+	if !hasDNSSAN(cert, domain) {
+		return id, deny(contract.ReasonSANMismatch, "certificate of runtime %q has no DNS SAN %q", id.RuntimeID, domain)
+	}
+	id.SKRDomain = domain
+	return id, nil
+}
+
+// certificate decodes and checks the certificate; it returns what pinning
+// needs of it (when decoded) and a denial.
+func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial) {
+	if header == "" {
+		return nil, deny(contract.ReasonMissingClientCert, "no %s header", contract.HeaderXFCC)
+	}
+	if len(header) > contract.MaxXFCCBytes {
+		return nil, deny(contract.ReasonMalformedXFCC, "header longer than %d bytes", contract.MaxXFCCBytes)
+	}
+	elems, err := xfcc.Parse(header)
+	switch {
+	case err != nil:
+		return nil, deny(contract.ReasonMalformedXFCC, "%v", err)
+	case len(elems) == 0:
+		return nil, deny(contract.ReasonMissingClientCert, "empty %s header", contract.HeaderXFCC)
+	case len(elems) > 1:
+		return nil, deny(contract.ReasonMalformedXFCC, "%d elements, want exactly one", len(elems))
+	}
+	certs := elems[0].Values(xfcc.KeyCert)
+	switch {
+	case len(certs) > 1:
+		return nil, deny(contract.ReasonMalformedXFCC, "%v", xfcc.ErrMultipleCerts)
+	case len(certs) == 0 || certs[0] == "":
+		return nil, deny(contract.ReasonMalformedXFCC, "%v", xfcc.ErrNoCert)
+	}
+
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	t := now()
+	key := hashString(certs[0])
+	info := v.cache.get(key)
+	if info == nil || (v.Roots != nil && !info.verifiedAt(t)) {
+		cert, err := xfcc.DecodeCert(certs[0])
+		if err != nil {
+			return nil, deny(contract.ReasonInvalidCertificate, "%v", err)
+		}
+		info = newCertInfo(cert)
+		if v.Roots != nil && info.sans <= contract.MaxSANs && info.validAt(t) {
+			chains, err := cert.Verify(x509.VerifyOptions{
+				Roots:       v.Roots,
+				CurrentTime: t,
+				KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			})
+			if err != nil {
+				return info, deny(contract.ReasonInvalidCertificate, "certificate does not chain to the trusted CA: %v", err)
+			}
+			info.setVerified(chains)
+		}
+		v.cache.put(key, info)
+	}
+
+	if info.sans > contract.MaxSANs {
+		return info, deny(contract.ReasonTooManySANs, "%d SANs, at most %d allowed", info.sans, contract.MaxSANs)
+	}
+	switch {
+	case t.Before(info.notBefore):
+		return info, deny(contract.ReasonInvalidCertificate, "certificate not valid before %s", info.notBefore.UTC().Format(time.RFC3339))
+	case t.After(info.notAfter):
+		return info, deny(contract.ReasonInvalidCertificate, "certificate expired at %s", info.notAfter.UTC().Format(time.RFC3339))
+	case info.cn == "":
+		return info, deny(contract.ReasonInvalidCertificate, "certificate has no CN")
+	}
+	if sourceCertPEM != "" {
+		src, err := decodeSourceCert(sourceCertPEM)
+		if err != nil {
+			return info, deny(contract.ReasonInvalidCertificate, "source certificate: %v", err)
+		}
+		if sha256.Sum256(src.Raw) != info.derHash {
+			return info, deny(contract.ReasonCertificateMismatch, "source certificate differs from the %s certificate", contract.HeaderXFCC)
+		}
+	}
+	return info, nil
+}
+
+func decodeSourceCert(s string) (*x509.Certificate, error) {
+	if len(s) > contract.MaxXFCCBytes {
+		return nil, fmt.Errorf("longer than %d bytes", contract.MaxXFCCBytes)
+	}
+	if strings.HasPrefix(s, "-----BEGIN ") {
+		return xfcc.ParsePEMCert([]byte(s))
+	}
+	return xfcc.DecodeCert(s)
+}
+
+// NormalizeDomain lowercases an ASCII domain and removes one trailing dot
+// (and surrounding whitespace). It is the form of Identity.SKRDomain.
+func NormalizeDomain(d string) string {
+	d = strings.TrimSuffix(strings.TrimSpace(d), ".")
+	return asciiLower(d)
+}
+
+// hasDNSSAN reports whether the certificate has a DNS SAN equal to the
+// normalized domain. Wildcard SANs never match.
+func hasDNSSAN(cert *certInfo, domain string) bool {
+	for _, san := range cert.dnsNames {
+		if strings.Contains(san, "*") {
+			continue
+		}
+		if NormalizeDomain(san) == domain {
+			return true
+		}
+	}
+	return false
+}
+
+// isDNS1123Subdomain is validation.IsDNS1123Subdomain without a regular
+// expression (it runs on every allowed request): at most 253 characters,
+// dot-separated labels of [a-z0-9-] that start and end alphanumeric.
+func isDNS1123Subdomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	labelStart := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '.' {
+			c := s[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+			continue
+		}
+		if i == labelStart || s[labelStart] == '-' || s[i-1] == '-' {
+			return false // empty label, or one starting or ending with '-'
+		}
+		labelStart = i + 1
+	}
+	return true
+}
+
+// hashString is the SHA-256 of s, read in place (no copy of the up to
+// 32 KiB value; the hash neither keeps nor modifies it).
+func hashString(s string) [sha256.Size]byte {
+	return sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// asciiLower lowercases ASCII letters only (no Unicode case folding, so
+// e.g. the Kelvin sign never equals 'k').
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+func deny(reason contract.DenyReason, format string, args ...any) *Denial {
+	return &Denial{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}

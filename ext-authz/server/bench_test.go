@@ -1,0 +1,51 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+)
+
+// BenchmarkCheckInProcess is the CPU cost of one allowed Check without gRPC
+// (XFCC parsing, certificate decoding, lookup, response); the end-to-end
+// benchmark over gRPC with a real cache is in ext-authz/bench.
+func BenchmarkCheckInProcess(b *testing.B) {
+	ca, err := pki.NewCA("bench-ca")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lookup := &mapLookup{runtimes: map[string]pinning.Runtime{}}
+	var reqs []string
+	for i := range 64 {
+		id, domain := fmt.Sprintf("runtime-%d", i), fmt.Sprintf("skr-%d.example.com", i)
+		l, err := ca.Issue(pki.LeafOptions{CommonName: id, DNSNames: []string{domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lookup.runtimes[id] = pinning.Runtime{ID: id, SKRDomain: domain}
+		reqs = append(reqs, extauthztest.GatewayXFCC(l.CertPEM, id, l.Cert.DNSNames))
+	}
+	m, err := server.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := server.New(&pinning.Verifier{Lookup: lookup}, func() bool { return true }, m, logr.Discard())
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		resp, err := srv.Check(ctx, extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: reqs[i%len(reqs)]}))
+		if err != nil || resp.GetOkResponse() == nil {
+			b.Fatalf("not allowed: %v %v", resp, err)
+		}
+	}
+}
