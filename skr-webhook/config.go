@@ -1,0 +1,187 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+)
+
+// config is the parsed command line.
+type config struct {
+	listenAddr     string
+	certFile       string
+	keyFile        string
+	caFile         string
+	kcpAddr        string
+	clientCertFile string
+	clientKeyFile  string
+	metricsAddr    string
+	healthAddr     string
+
+	queueSize        int
+	workers          int
+	maxRetryAge      time.Duration
+	retryBaseDelay   time.Duration
+	retryMaxDelay    time.Duration
+	requestTimeout   time.Duration
+	objectInterval   time.Duration
+	drainTimeout     time.Duration
+	certPollInterval time.Duration
+
+	zap zap.Options
+}
+
+// envName is the environment variable mirroring a flag: --kcp-addr → KCP_ADDR.
+func envName(flagName string) string {
+	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseConfig reads flags; every flag of the webhook (not the logging
+// flags) may also come from its environment variable, the flag winning.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("skr-webhook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listenAddr, "listen-addr", ":8443", "HTTPS address of the admission endpoint POST /validate/<manager>")
+	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM), e.g. tls.crt of Secret skr-webhook-tls (required)")
+	fs.StringVar(&c.keyFile, "tls-key-file", "", "serving key (PEM) (required)")
+	fs.StringVar(&c.caFile, "ca-file", "", "CA that signed the KCP gateway's certificate (PEM) (required)")
+	fs.StringVar(&c.kcpAddr, "kcp-addr", "", "KCP gateway host[:port]; events go to https://<kcp-addr>/v2/<manager>/event (required)")
+	fs.StringVar(&c.clientCertFile, "client-cert-file", "", "client certificate towards the KCP (default: --tls-cert-file)")
+	fs.StringVar(&c.clientKeyFile, "client-key-file", "", "client key towards the KCP (default: --tls-key-file)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":2112", "plain HTTP address of /metrics")
+	fs.StringVar(&c.healthAddr, "health-addr", ":8081", "plain HTTP address of /healthz and /readyz")
+	fs.IntVar(&c.queueSize, "queue-size", 10000, "pending deliveries held; when full the oldest is dropped")
+	fs.IntVar(&c.workers, "workers", 16, "concurrent deliveries to the KCP")
+	fs.DurationVar(&c.maxRetryAge, "max-retry-age", 10*time.Minute, "stop retrying an event whose newest change is older than this")
+	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", 200*time.Millisecond, "first retry delay (doubles per attempt, with jitter)")
+	fs.DurationVar(&c.retryMaxDelay, "retry-max-delay", 30*time.Second, "largest retry delay")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "bound of one delivery attempt (connect, TLS handshake, answer)")
+	fs.DurationVar(&c.objectInterval, "object-interval", time.Second, "least time between two deliveries of one object; changes in between coalesce (0: none)")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long pending events may still be delivered")
+	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
+
+	own := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
+	c.zap.BindFlags(fs)
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if !own[f.Name] || set[f.Name] {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s: %w", envName(f.Name), err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	clientDefaulted := c.clientCertFile == "" && c.clientKeyFile == ""
+	if clientDefaulted {
+		c.clientCertFile, c.clientKeyFile = c.certFile, c.keyFile
+	}
+	return c, c.validate(clientDefaulted)
+}
+
+func (c *config) validate(clientDefaulted bool) error {
+	var errs []error
+	if c.kcpAddr == "" {
+		errs = append(errs, errors.New("--kcp-addr (or $KCP_ADDR) is required"))
+	} else if _, err := delivery.ParseKCPAddr(c.kcpAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--kcp-addr: %w", err))
+	}
+	files := []struct{ flag, path string }{{"tls-cert-file", c.certFile}, {"tls-key-file", c.keyFile}, {"ca-file", c.caFile}}
+	if !clientDefaulted {
+		if c.clientCertFile == "" || c.clientKeyFile == "" {
+			errs = append(errs, errors.New("--client-cert-file and --client-key-file go together"))
+		}
+		files = append(files, struct{ flag, path string }{"client-cert-file", c.clientCertFile},
+			struct{ flag, path string }{"client-key-file", c.clientKeyFile})
+	}
+	for _, f := range files {
+		if err := readable(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.flag, err))
+		}
+	}
+	if c.queueSize < 1 {
+		errs = append(errs, errors.New("--queue-size must be at least 1"))
+	}
+	if c.workers < 1 || c.workers > 1024 {
+		errs = append(errs, errors.New("--workers must be between 1 and 1024"))
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"max-retry-age", c.maxRetryAge}, {"retry-base-delay", c.retryBaseDelay}, {"retry-max-delay", c.retryMaxDelay},
+		{"request-timeout", c.requestTimeout}, {"drain-timeout", c.drainTimeout}, {"cert-poll-interval", c.certPollInterval},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive", d.flag))
+		}
+	}
+	if c.objectInterval < 0 {
+		errs = append(errs, errors.New("--object-interval must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// readable checks that a required file exists and can be read.
+func readable(path string) error {
+	if path == "" {
+		return errors.New("required")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return err
+	} else if st.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	if _, err := f.Read(make([]byte, 1)); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s is empty", path)
+		}
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return nil
+}
+
+// dispatcherConfig maps the flags to the delivery configuration.
+func (c *config) dispatcherConfig() delivery.Config {
+	interval := c.objectInterval
+	if interval == 0 {
+		interval = -1 // delivery.Config: negative disables
+	}
+	return delivery.Config{
+		QueueSize:      c.queueSize,
+		Workers:        c.workers,
+		MaxRetryAge:    c.maxRetryAge,
+		BaseDelay:      c.retryBaseDelay,
+		MaxDelay:       c.retryMaxDelay,
+		AttemptTimeout: c.requestTimeout,
+		ObjectInterval: interval,
+	}
+}

@@ -1,0 +1,428 @@
+package delivery
+
+import (
+	"container/heap"
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+)
+
+// Key identifies one watched object of one manager: the unit of coalescing.
+// A WatchEvent carries nothing but this key, so all changes of one key are
+// delivered by one POST sent after the last of them.
+type Key struct {
+	Manager   string
+	GVK       contract.GroupVersionKind
+	Namespace string
+	Name      string
+}
+
+// KeyOf returns the key of a manager's event.
+func KeyOf(manager string, ev contract.WatchEvent) Key {
+	return Key{Manager: manager, GVK: ev.WatchedGvk, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name}
+}
+
+// Event returns the WatchEvent of the key.
+func (k Key) Event() contract.WatchEvent {
+	return contract.WatchEvent{
+		Watched:    contract.ObjectKey{Namespace: k.Namespace, Name: k.Name},
+		WatchedGvk: k.GVK,
+	}
+}
+
+type state uint8
+
+const (
+	// statePending: waiting in the heap for its due time (new or retrying).
+	statePending state = iota
+	// stateInflight: a worker holds it.
+	stateInflight
+	// stateCooling: delivered; kept until due so a new change of the same
+	// object waits for the per-object interval. Not a pending delivery.
+	stateCooling
+)
+
+type item struct {
+	key      Key
+	state    state
+	dirty    bool      // changed while in flight
+	since    time.Time // oldest undelivered change (delivery latency)
+	dirtyAt  time.Time // first change while in flight
+	changed  time.Time // newest change (retry age)
+	attempts int       // failed attempts since the last delivery
+	due      time.Time
+	seq      uint64
+	index    int           // heap index; -1 when not in the heap
+	elem     *list.Element // in the pending or the cooling list
+}
+
+// AddResult tells what Add did.
+type AddResult struct {
+	// Coalesced: the object already had a pending or in-flight delivery that
+	// will (again) carry its latest state; no new entry was made.
+	Coalesced bool
+	// Dropped lists the oldest pending entries dropped to make room.
+	Dropped []Key
+	// Closed: the queue is shut down and took nothing.
+	Closed bool
+}
+
+// Lease is an item a worker holds between Get and Done/Retry/Drop.
+type Lease struct {
+	Key     Key
+	Attempt int       // 1 for the first attempt after a change
+	Since   time.Time // oldest undelivered change
+	Start   time.Time // when Get handed it out
+	it      *item
+}
+
+// QueueConfig bounds a Queue.
+type QueueConfig struct {
+	// Capacity bounds pending entries; when a new object arrives at a full
+	// queue the oldest pending entry is dropped. At least 1.
+	Capacity int
+	// Interval is the least time between the starts of two deliveries of one
+	// object; changes in between coalesce into one delivery at its end.
+	// Zero disables it.
+	Interval time.Duration
+	// MaxRetryAge: a failed delivery whose newest change is older than this
+	// is dropped instead of retried. Zero: no limit.
+	MaxRetryAge time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Queue is a bounded, coalescing, delaying work queue keyed by Key. Add
+// never blocks. Every key is in at most one of: pending (waiting for its due
+// time), in flight (held by one worker; a change meanwhile marks it dirty so
+// it is delivered again afterwards) or cooling (recently delivered). Memory is
+// bounded by twice the capacity plus the number of workers.
+type Queue struct {
+	cfg QueueConfig
+
+	mu      sync.Mutex
+	items   map[Key]*item
+	heap    itemHeap  // pending and cooling items by due time
+	pending list.List // pending items, oldest first
+	cooling list.List // cooling items, oldest first
+	dirty   int       // in-flight items changed meanwhile
+	seq     uint64
+	closed  bool
+	wake    chan struct{} // one token: "the heap changed"
+	done    chan struct{} // closed by Close
+}
+
+// NewQueue returns an empty queue.
+func NewQueue(cfg QueueConfig) *Queue {
+	if cfg.Capacity < 1 {
+		cfg.Capacity = 1
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Queue{cfg: cfg, items: map[Key]*item{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (q *Queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Add records a change of key. It never blocks.
+func (q *Queue) Add(key Key) AddResult {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return AddResult{Closed: true}
+	}
+	now := q.cfg.Now()
+	if it, ok := q.items[key]; ok {
+		switch it.state {
+		case statePending:
+			it.changed = now
+			return AddResult{Coalesced: true}
+		case stateInflight:
+			if !it.dirty {
+				it.dirty, it.dirtyAt = true, now
+				q.dirty++
+			}
+			it.changed = now
+			return AddResult{Coalesced: true}
+		case stateCooling: // a new change: pending until the interval ends
+			q.cooling.Remove(it.elem)
+			dropped := q.makeRoom()
+			it.state, it.since, it.changed, it.attempts = statePending, now, now, 0
+			it.elem = q.pending.PushBack(it)
+			return AddResult{Dropped: dropped}
+		}
+	}
+	dropped := q.makeRoom()
+	q.seq++
+	it := &item{key: key, state: statePending, since: now, changed: now, due: now, seq: q.seq, index: -1}
+	it.elem = q.pending.PushBack(it)
+	q.items[key] = it
+	heap.Push(&q.heap, it)
+	q.signal()
+	return AddResult{Dropped: dropped}
+}
+
+// makeRoom drops the oldest pending entries until one more fits.
+func (q *Queue) makeRoom() []Key {
+	var dropped []Key
+	for q.pending.Len() >= q.cfg.Capacity {
+		it := q.pending.Front().Value.(*item)
+		q.remove(it)
+		dropped = append(dropped, it.key)
+	}
+	return dropped
+}
+
+// remove deletes a pending or cooling item everywhere.
+func (q *Queue) remove(it *item) {
+	switch it.state {
+	case statePending:
+		q.pending.Remove(it.elem)
+	case stateCooling:
+		q.cooling.Remove(it.elem)
+	}
+	if it.index >= 0 {
+		heap.Remove(&q.heap, it.index)
+	}
+	delete(q.items, it.key)
+}
+
+// Get waits for a pending item whose due time has come and hands it out. It
+// returns false when ctx ends, or when the queue is closed and nothing is
+// pending any more.
+func (q *Queue) Get(ctx context.Context) (*Lease, bool) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		l, wait, finished := q.tryGet()
+		if l != nil {
+			return l, true
+		}
+		if finished {
+			return nil, false
+		}
+
+		var fire <-chan time.Time
+		if wait >= 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			fire = timer.C
+		}
+		var done <-chan struct{}
+		if !q.isClosed() {
+			done = q.done
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-q.wake:
+		case <-done:
+		case <-fire:
+		}
+	}
+}
+
+// tryGet hands out a due item, or says how long until the next one is due
+// (-1: nothing scheduled) and whether the queue is closed and empty.
+func (q *Queue) tryGet() (l *Lease, wait time.Duration, finished bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.cfg.Now()
+	for len(q.heap) > 0 && !q.heap[0].due.After(now) {
+		it := heap.Pop(&q.heap).(*item)
+		if it.state == stateCooling {
+			q.cooling.Remove(it.elem)
+			delete(q.items, it.key)
+			continue
+		}
+		q.pending.Remove(it.elem)
+		it.elem = nil
+		it.state = stateInflight
+		it.attempts++
+		if len(q.heap) > 0 && !q.heap[0].due.After(now) {
+			q.signal() // more is due: wake another worker
+		}
+		return &Lease{Key: it.key, Attempt: it.attempts, Since: it.since, Start: now, it: it}, 0, false
+	}
+	if q.closed && q.pending.Len() == 0 {
+		return nil, 0, true
+	}
+	if len(q.heap) == 0 {
+		return nil, -1, false
+	}
+	return nil, q.heap[0].due.Sub(now), false
+}
+
+func (q *Queue) isClosed() bool {
+	select {
+	case <-q.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Delivered ends a lease after a successful delivery. A change that came in
+// meanwhile is delivered again once the per-object interval has passed;
+// entries dropped to make room for it are returned.
+func (q *Queue) Delivered(l *Lease) (dropped []Key) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it := l.it
+	now := q.cfg.Now()
+	next := l.Start.Add(q.cfg.Interval)
+	it.attempts = 0
+	if it.dirty {
+		q.clearDirty(it)
+		it.since = it.dirtyAt
+		return q.requeue(it, maxTime(now, next))
+	}
+	if q.cfg.Interval <= 0 || !next.After(now) || q.closed {
+		delete(q.items, it.key)
+		return nil
+	}
+	if q.cooling.Len() >= q.cfg.Capacity { // forget the oldest interval
+		q.remove(q.cooling.Front().Value.(*item))
+	}
+	it.state, it.due = stateCooling, next
+	q.seq++
+	it.seq = q.seq
+	it.elem = q.cooling.PushBack(it)
+	heap.Push(&q.heap, it)
+	return nil
+}
+
+// Retry ends a failed lease: the item is due again at the given time, unless
+// its newest change is older than MaxRetryAge (when set); then it is dropped and Retry
+// reports false. Entries dropped to make room are returned.
+func (q *Queue) Retry(l *Lease, at time.Time) (requeued bool, dropped []Key) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it := l.it
+	q.clearDirty(it)
+	if q.cfg.MaxRetryAge > 0 && q.cfg.Now().Sub(it.changed) > q.cfg.MaxRetryAge {
+		delete(q.items, it.key)
+		return false, nil
+	}
+	return true, q.requeue(it, at)
+}
+
+// Drop ends a lease without delivery (the KCP rejected it).
+func (q *Queue) Drop(l *Lease) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.clearDirty(l.it)
+	delete(q.items, l.it.key)
+}
+
+func (q *Queue) clearDirty(it *item) {
+	if it.dirty {
+		it.dirty = false
+		q.dirty--
+	}
+}
+
+func (q *Queue) requeue(it *item, due time.Time) []Key {
+	dropped := q.makeRoom()
+	it.state, it.due = statePending, due
+	q.seq++
+	it.seq = q.seq
+	it.elem = q.pending.PushBack(it)
+	heap.Push(&q.heap, it)
+	q.signal()
+	return dropped
+}
+
+// Close stops taking changes. Get keeps handing out what is pending.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		close(q.done)
+	}
+}
+
+// DropPending removes every pending entry and returns their keys.
+func (q *Queue) DropPending() []Key {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var keys []Key
+	for q.pending.Len() > 0 {
+		it := q.pending.Front().Value.(*item)
+		q.remove(it)
+		keys = append(keys, it.key)
+	}
+	return keys
+}
+
+// Depth is the number of deliveries still owed: pending entries plus
+// in-flight ones changed meanwhile.
+func (q *Queue) Depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pending.Len() + q.dirty
+}
+
+// Len is the number of entries held, in any state (for memory accounting).
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// itemHeap orders items by due time, then by sequence.
+type itemHeap []*item
+
+func (h itemHeap) Len() int { return len(h) }
+func (h itemHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h itemHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *itemHeap) Push(x any) {
+	it := x.(*item)
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+func (h *itemHeap) Pop() any {
+	old := *h
+	n := len(old)
+	it := old[n-1]
+	old[n-1] = nil
+	it.index = -1
+	*h = old[:n-1]
+	return it
+}

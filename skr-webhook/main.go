@@ -1,0 +1,246 @@
+// Command skr-webhook is Runtime Watcher's admission webhook inside an SKR
+// (ARCHITECTURE.md §3.2, §3.3). The API server calls it at
+// POST /validate/<manager> for the resources each Watcher selects; it
+// answers allowed: true at once and delivers the resulting WatchEvents to
+// the KCP asynchronously over mTLS (coalescing, retrying, bounded). The
+// serving and client certificates are reloaded when their files change.
+// SIGTERM stops the admission endpoint, drains pending events for a
+// bounded time and exits.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
+	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+)
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skr-webhook:", err)
+		os.Exit(2)
+	}
+	ctrllog.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
+	log := ctrllog.Log.WithName("skr-webhook")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	a, err := newApp(cfg, log)
+	if err != nil {
+		log.Error(err, "startup failed")
+		fmt.Fprintln(os.Stderr, "skr-webhook:", err)
+		os.Exit(1)
+	}
+	if err := a.run(ctx); err != nil {
+		log.Error(err, "stopped with an error")
+		os.Exit(1)
+	}
+}
+
+// app is the wired webhook: certificates, delivery, the three servers.
+type app struct {
+	cfg          *config
+	log          logr.Logger
+	servingCerts *certwatcher.CertWatcher
+	clientCerts  *certwatcher.CertWatcher
+	client       *delivery.Client
+	dispatcher   *delivery.Dispatcher
+	handler      *admission.Handler
+
+	webhook, metrics, health       *http.Server
+	webhookLn, metricsLn, healthLn net.Listener
+	ready                          atomic.Bool
+}
+
+// newApp loads the certificates (failing with the flag's name when they
+// cannot be read), builds the delivery client and binds the listeners.
+func newApp(cfg *config, log logr.Logger) (*app, error) {
+	a := &app{cfg: cfg, log: log}
+	var err error
+	if a.servingCerts, err = certwatcher.New(cfg.certFile, cfg.keyFile); err != nil {
+		return nil, fmt.Errorf("loading --tls-cert-file %s / --tls-key-file %s: %w", cfg.certFile, cfg.keyFile, err)
+	}
+	a.servingCerts.WithWatchInterval(cfg.certPollInterval)
+	a.clientCerts = a.servingCerts
+	if cfg.clientCertFile != cfg.certFile || cfg.clientKeyFile != cfg.keyFile {
+		if a.clientCerts, err = certwatcher.New(cfg.clientCertFile, cfg.clientKeyFile); err != nil {
+			return nil, fmt.Errorf("loading --client-cert-file %s / --client-key-file %s: %w", cfg.clientCertFile, cfg.clientKeyFile, err)
+		}
+		a.clientCerts.WithWatchInterval(cfg.certPollInterval)
+	}
+	a.client, err = delivery.NewClient(delivery.ClientConfig{
+		CAFile: cfg.caFile, Certs: a.clientCerts, Timeout: cfg.requestTimeout, MaxConns: cfg.workers,
+	}, log.WithName("kcp-client"))
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file %s: %w", cfg.caFile, err)
+	}
+	// certwatcher calls the callback once at registration while holding its
+	// lock, and Reload reads the certificate back through that lock: reload
+	// on another goroutine, or the first call deadlocks.
+	a.clientCerts.RegisterCallback(func(tls.Certificate) {
+		go func() {
+			if err := a.client.Reload(); err != nil {
+				log.Error(err, "client certificate changed but the KCP client could not be rebuilt; keeping the old one")
+			}
+		}()
+	})
+	sender, err := delivery.NewHTTPSender(cfg.kcpAddr, a.client.HTTP)
+	if err != nil {
+		return nil, fmt.Errorf("--kcp-addr: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	dcfg := cfg.dispatcherConfig()
+	dcfg.Registerer = reg
+	a.dispatcher = delivery.New(dcfg, sender, log.WithName("delivery"))
+	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg))
+
+	mux := http.NewServeMux()
+	mux.Handle(contract.ValidatePathPrefix, a.handler)
+	mux.Handle("/", http.NotFoundHandler())
+	a.webhook = &http.Server{
+		Handler: mux,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: a.servingCerts.GetCertificate,
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          newStdLogger(log.WithName("webhook-server")),
+	}
+	a.metrics = &http.Server{
+		Handler:           promhttp.HandlerFor(prometheus.Gatherers{reg, ctrlmetrics.Registry}, promhttp.HandlerOpts{}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	healthMux := http.NewServeMux()
+	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	healthMux.HandleFunc("/readyz", a.readyz)
+	a.health = &http.Server{Handler: healthMux, ReadHeaderTimeout: 10 * time.Second}
+
+	for _, l := range []struct {
+		flag, addr string
+		ln         *net.Listener
+	}{
+		{"listen-addr", cfg.listenAddr, &a.webhookLn},
+		{"metrics-addr", cfg.metricsAddr, &a.metricsLn},
+		{"health-addr", cfg.healthAddr, &a.healthLn},
+	} {
+		if *l.ln, err = net.Listen("tcp", l.addr); err != nil {
+			a.closeListeners()
+			return nil, fmt.Errorf("--%s: %w", l.flag, err)
+		}
+	}
+	return a, nil
+}
+
+func (a *app) closeListeners() {
+	for _, ln := range []net.Listener{a.webhookLn, a.metricsLn, a.healthLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// readyz is 200 once both certificates are loaded and the servers run, and
+// 503 again when shutting down.
+func (a *app) readyz(w http.ResponseWriter, _ *http.Request) {
+	s, _ := a.servingCerts.GetCertificate(nil)
+	c, _ := a.clientCerts.GetCertificate(nil)
+	if !a.ready.Load() || s == nil || c == nil {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ok")
+}
+
+// run serves until ctx ends, then shuts down: readiness off, the admission
+// endpoint stops accepting, pending events are delivered until
+// --drain-timeout, the rest is dropped and counted.
+func (a *app) run(ctx context.Context) error {
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	var wg sync.WaitGroup
+	watch := func(cw *certwatcher.CertWatcher) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cw.Start(watchCtx); err != nil {
+				a.log.Error(err, "certificate watch failed; files are no longer reloaded")
+			}
+		}()
+	}
+	watch(a.servingCerts)
+	if a.clientCerts != a.servingCerts {
+		watch(a.clientCerts)
+	}
+
+	a.dispatcher.Start()
+	errc := make(chan error, 3)
+	serve := func(name string, f func() error) {
+		go func() {
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s server: %w", name, err)
+			}
+		}()
+	}
+	serve("webhook", func() error { return a.webhook.ServeTLS(a.webhookLn, "", "") })
+	serve("metrics", func() error { return a.metrics.Serve(a.metricsLn) })
+	serve("health", func() error { return a.health.Serve(a.healthLn) })
+	a.ready.Store(true)
+	a.log.Info("serving", "webhook", a.webhookLn.Addr().String(), "metrics", a.metricsLn.Addr().String(),
+		"health", a.healthLn.Addr().String(), "kcp", a.cfg.kcpAddr)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("shutting down", "drainTimeout", a.cfg.drainTimeout.String())
+	case runErr = <-errc:
+		a.log.Error(runErr, "server failed, shutting down")
+	}
+	a.ready.Store(false)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), a.cfg.drainTimeout)
+	defer cancel()
+	if err := a.webhook.Shutdown(shutdownCtx); err != nil {
+		a.log.Error(err, "admission endpoint did not stop in time")
+		_ = a.webhook.Close()
+	}
+	if err := a.dispatcher.Shutdown(shutdownCtx); err != nil {
+		a.log.Info("drain time up; undelivered events dropped", "error", err.Error())
+	} else {
+		a.log.Info("all pending events delivered")
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
+	defer cancelClose()
+	_ = a.health.Shutdown(closeCtx)
+	_ = a.metrics.Shutdown(closeCtx)
+	stopWatching()
+	wg.Wait()
+	return runErr
+}

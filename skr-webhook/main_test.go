@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/onsi/gomega"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+)
+
+// files writes a CA, a serving/client pair and a second pair into a temp dir.
+type files struct {
+	dir, ca, cert, key, cert2, key2 string
+}
+
+func writeFiles(t testing.TB) files {
+	t.Helper()
+	ca, err := pki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile, certFile, keyFile, err := leaf.WriteFiles(dir, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "client")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, cert2, key2, err := other.WriteFiles(sub, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files{dir: dir, ca: caFile, cert: certFile, key: keyFile, cert2: cert2, key2: key2}
+}
+
+func TestParseConfig(t *testing.T) {
+	f := writeFiles(t)
+	empty := filepath.Join(f.dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--tls-cert-file", f.cert, "--tls-key-file", f.key, "--ca-file", f.ca}
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(t *testing.T, c *config)
+		err   []string // substrings of the error
+	}{
+		{
+			name: "defaults; client pair is the serving pair",
+			args: append(base, "--kcp-addr", "kcp.example.com"),
+			check: func(t *testing.T, c *config) {
+				if c.listenAddr != ":8443" || c.metricsAddr != ":2112" || c.healthAddr != ":8081" {
+					t.Errorf("addresses %s %s %s", c.listenAddr, c.metricsAddr, c.healthAddr)
+				}
+				if c.clientCertFile != f.cert || c.clientKeyFile != f.key {
+					t.Errorf("client pair %s %s", c.clientCertFile, c.clientKeyFile)
+				}
+				if c.queueSize != 10000 || c.workers != 16 || c.maxRetryAge != 10*time.Minute {
+					t.Errorf("queue %d workers %d age %v", c.queueSize, c.workers, c.maxRetryAge)
+				}
+			},
+		},
+		{
+			name: "environment mirrors flags; a flag wins",
+			args: append(base, "--workers", "3"),
+			env:  map[string]string{"KCP_ADDR": "kcp:443", "WORKERS": "7", "QUEUE_SIZE": "5", "MAX_RETRY_AGE": "1m"},
+			check: func(t *testing.T, c *config) {
+				if c.kcpAddr != "kcp:443" || c.workers != 3 || c.queueSize != 5 || c.maxRetryAge != time.Minute {
+					t.Errorf("%+v", c)
+				}
+			},
+		},
+		{
+			name: "separate client pair",
+			args: append(base, "--kcp-addr", "kcp", "--client-cert-file", f.cert2, "--client-key-file", f.key2),
+			check: func(t *testing.T, c *config) {
+				if c.clientCertFile != f.cert2 || c.clientKeyFile != f.key2 {
+					t.Errorf("client pair %s %s", c.clientCertFile, c.clientKeyFile)
+				}
+			},
+		},
+		{name: "kcp-addr required", args: base, err: []string{"--kcp-addr (or $KCP_ADDR) is required"}},
+		{name: "kcp-addr with scheme", args: append(base, "--kcp-addr", "https://kcp"), err: []string{"--kcp-addr", "host[:port]"}},
+		{
+			name: "missing files are named",
+			args: []string{"--kcp-addr", "kcp", "--tls-cert-file", "/nope/tls.crt", "--tls-key-file", f.key},
+			err:  []string{"--tls-cert-file: open /nope/tls.crt: no such file", "--ca-file: required"},
+		},
+		{
+			name: "empty file and directory",
+			args: []string{"--kcp-addr", "kcp", "--tls-cert-file", empty, "--tls-key-file", f.key, "--ca-file", f.dir},
+			err:  []string{"--tls-cert-file: " + empty + " is empty", "--ca-file: " + f.dir + " is a directory"},
+		},
+		{
+			name: "half a client pair",
+			args: append(base, "--kcp-addr", "kcp", "--client-cert-file", f.cert2),
+			err:  []string{"--client-cert-file and --client-key-file go together"},
+		},
+		{
+			name: "bad numbers",
+			args: append(base, "--kcp-addr", "kcp", "--queue-size", "0", "--workers", "0", "--request-timeout", "0s"),
+			err:  []string{"--queue-size", "--workers", "--request-timeout"},
+		},
+		{name: "bad env value", args: base, env: map[string]string{"KCP_ADDR": "k", "WORKERS": "many"}, err: []string{"$WORKERS"}},
+		{name: "stray argument", args: append(base, "--kcp-addr", "kcp", "extra"), err: []string{"unexpected arguments"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if len(tt.err) > 0 {
+				if err == nil {
+					t.Fatalf("no error, want %q", tt.err)
+				}
+				for _, s := range tt.err {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q lacks %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestNewAppRejectsUnusableCertificates(t *testing.T) {
+	f := writeFiles(t)
+	cfg := func(cert, key, ca string) *config {
+		c, err := parseConfig([]string{"--kcp-addr", "127.0.0.1:1", "--tls-cert-file", cert, "--tls-key-file", key,
+			"--ca-file", ca, "--listen-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"},
+			func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tt := range []struct {
+		name string
+		c    *config
+		want string
+	}{
+		{"key of another certificate", cfg(f.cert, f.key2, f.ca), "loading --tls-cert-file"},
+		{"CA file without a certificate", cfg(f.cert, f.key, f.key), "--ca-file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := newApp(tt.c, logr.Discard())
+			if err == nil {
+				a.closeListeners()
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q lacks %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAppLifecycle(t *testing.T) {
+	env := startBenchApp(t, kcpstub.Serving) // the warm-up request already emitted kyma-0
+	health := "http://" + env.app.healthLn.Addr().String()
+	get := func(url string) int {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(health + "/readyz"); code != http.StatusOK {
+		t.Fatalf("readyz %d", code)
+	}
+	if code := get(health + "/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz %d", code)
+	}
+	resp, err := env.client.Post(env.url, "application/json", bytes.NewReader(updateReview(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	for _, name := range []string{"kyma-0", "kyma-1"} {
+		ev := contract.WatchEvent{
+			Watched:    contract.ObjectKey{Namespace: "kcp-system", Name: name},
+			WatchedGvk: contract.GroupVersionKind{Group: "operator.kyma-project.io", Version: "v1beta2", Kind: "Kyma"},
+		}
+		gomega.NewWithT(t).Eventually(func() int { return env.stub.Count("lifecycle-manager", ev) }).
+			WithTimeout(10*time.Second).Should(gomega.Equal(1), name)
+	}
+	metrics := "http://" + env.app.metricsLn.Addr().String() + "/metrics"
+	resp, err = http.Get(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{
+		`skr_webhook_admission_requests_total{manager="lifecycle-manager",operation="UPDATE",result="emitted"} 2`,
+		`skr_webhook_events_delivered_total 2`,
+		`skr_webhook_queue_depth 0`,
+		`certwatcher_read_certificate_total`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if err := env.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if code := get(health + "/readyz"); code == http.StatusOK {
+		t.Fatal("ready after shutdown")
+	}
+}
