@@ -1,0 +1,282 @@
+// Command example is a small KCP operator built on the listener library:
+// a controller-runtime manager runs the listener, and a controller whose
+// source is source.Channel over the listener's events enqueues the Kyma CR
+// named by each event's runtime ID in --kyma-namespace and reconciles it.
+//
+// For every event it reconciles it prints one human-readable line to
+// stdout (the time it received the event, the runtime, the watched object
+// and the Kyma it reconciled) and logs the same facts, structured, to
+// stderr. `make run` starts it.
+//
+// Identity (--identity): "header" (default) expects the gateway's ext-authz
+// in front (x-watcher-runtime-id); "san-pinning" verifies the gateway's
+// x-forwarded-client-cert in process against the Kyma CRs in
+// --kyma-namespace (optionally requiring a chain to --ca-file).
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/listener"
+)
+
+// kymaEvent is the work item: the Kyma to reconcile and the event that
+// caused it. Identical events still waiting are coalesced by the queue.
+type kymaEvent struct {
+	Kyma      types.NamespacedName
+	RuntimeID string
+	Watched   types.NamespacedName
+	GVK       schema.GroupVersionKind
+	Received  time.Time
+}
+
+type options struct {
+	listenAddr, manager, kymaNamespace string
+	metricsAddr, healthAddr            string
+	identity, caFile                   string
+	tlsCertFile, tlsKeyFile            string
+	print                              string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.listenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
+	flag.StringVar(&o.manager, "manager", "example-operator", "manager name in the event path (a DNS-1123 label)")
+	flag.StringVar(&o.kymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs")
+	flag.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics (\"0\" disables)")
+	flag.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz (\"0\" disables)")
+	flag.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
+	flag.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	flag.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
+	flag.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
+	flag.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
+	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nAn example KCP operator that reconciles the Kyma of every SKR event it receives.\n\n", os.Args[0])
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if err := run(ctrl.SetupSignalHandler(), o, os.Stdout); err != nil {
+		ctrl.Log.Error(err, "example operator failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	log := ctrl.Log.WithName("example")
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress: o.healthAddr,
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{o.kymaNamespace: {}}},
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+
+	lopts := []listener.Option{listener.WithLogger(ctrl.Log.WithName("listener"))}
+	switch o.identity {
+	case "header":
+		lopts = append(lopts, listener.WithRuntimeIDHeader())
+	case "san-pinning":
+		v := &pinning.Verifier{Lookup: pinning.NewKymaLookup(mgr.GetCache(), o.kymaNamespace)}
+		if o.caFile != "" {
+			pemBytes, err := os.ReadFile(o.caFile)
+			if err != nil {
+				return fmt.Errorf("--ca-file: %w", err)
+			}
+			v.Roots = x509.NewCertPool()
+			if !v.Roots.AppendCertsFromPEM(pemBytes) {
+				return fmt.Errorf("--ca-file %s holds no PEM certificate", o.caFile)
+			}
+		}
+		if err := pinning.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
+			return fmt.Errorf("runtime-id index: %w", err)
+		}
+		lopts = append(lopts, listener.WithSANPinning(v))
+	default:
+		return fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
+	}
+	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
+		return errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	if o.tlsCertFile != "" {
+		lopts = append(lopts, listener.WithTLSFiles(o.tlsCertFile, o.tlsKeyFile))
+	}
+	// Watch Kyma CRs from the start, so readiness waits for them and the
+	// first event does not.
+	if _, err := mgr.GetCache().GetInformer(ctx, pinning.NewKyma()); err != nil {
+		return fmt.Errorf("Kyma informer: %w", err)
+	}
+	l, err := listener.New(o.listenAddr, o.manager, lopts...)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(l); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("listener", l.ReadyCheck); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("kyma-cache", cacheSynced(mgr.GetCache())); err != nil {
+		return err
+	}
+
+	if o.print != "text" && o.print != "json" {
+		return fmt.Errorf("--print=%q: want text or json", o.print)
+	}
+	r := &reconciler{client: mgr.GetClient(), out: out, json: o.print == "json"}
+	err = builder.TypedControllerManagedBy[kymaEvent](mgr).
+		Named("skr-events").
+		WatchesRawSource(source.TypedChannel(l.Events(), enqueueKyma(o.kymaNamespace))).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+
+	fmt.Fprintf(out, "example operator: listening for SKR events on %s%s (identity: %s), reconciling Kymas in namespace %s\n",
+		o.listenAddr, l.Path(), o.identity, o.kymaNamespace)
+	log.Info("starting", "listenAddr", o.listenAddr, "path", l.Path(), "identity", o.identity, "kymaNamespace", o.kymaNamespace)
+	return mgr.Start(ctx)
+}
+
+// cacheSynced is ready once the cache (Kyma CRs for SAN pinning and the
+// reconciler) has synced; each check waits at most a moment.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 200*time.Millisecond)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("cache not synced")
+		}
+		return nil
+	}
+}
+
+// enqueueKyma turns a listener event into a work item for the Kyma named
+// by its runtime ID, stamped with the time it was received.
+func enqueueKyma(namespace string) handler.TypedEventHandler[client.Object, kymaEvent] {
+	return handler.TypedFuncs[client.Object, kymaEvent]{
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[kymaEvent]) {
+			ev, ok := listener.EventFrom(e.Object)
+			if !ok {
+				return
+			}
+			q.Add(kymaEvent{
+				Kyma:      types.NamespacedName{Namespace: namespace, Name: ev.RuntimeID},
+				RuntimeID: ev.RuntimeID,
+				Watched:   ev.Watched,
+				GVK:       ev.WatchedGVK,
+				Received:  time.Now(),
+			})
+		},
+	}
+}
+
+type reconciler struct {
+	client client.Client
+	out    io.Writer
+	json   bool
+}
+
+// eventLine is the --print=json line for one event:
+//
+//	{"time":"<RFC 3339, when the listener's channel delivered it>","runtimeID":"runtime-1",
+//	 "watched":{"namespace":"kyma-system","name":"default"},
+//	 "gvk":{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"},
+//	 "kyma":"kcp-system/runtime-1","kymaState":"exists"}
+type eventLine struct {
+	Time      time.Time `json:"time"`
+	RuntimeID string    `json:"runtimeID"`
+	Watched   struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"watched"`
+	GVK struct {
+		Group   string `json:"group"`
+		Version string `json:"version"`
+		Kind    string `json:"kind"`
+	} `json:"gvk"`
+	Kyma      string `json:"kyma"`
+	KymaState string `json:"kymaState"`
+}
+
+// Reconcile reads the Kyma (metadata only, from the cache) and reports the
+// event. A real operator would reconcile the Kyma here.
+func (r *reconciler) Reconcile(ctx context.Context, ev kymaEvent) (reconcile.Result, error) {
+	kyma := pinning.NewKyma()
+	state := "exists"
+	if err := r.client.Get(ctx, ev.Kyma, kyma); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading Kyma %s: %w", ev.Kyma, err)
+		}
+		state = "not found"
+	}
+	ctrl.LoggerFrom(ctx).Info("SKR event reconciled",
+		"runtimeID", ev.RuntimeID, "watched", ev.Watched.String(), "gvk", ev.GVK.String(),
+		"kyma", ev.Kyma.String(), "kymaState", state, "received", ev.Received.Format(time.RFC3339Nano))
+	if r.json {
+		line := eventLine{Time: ev.Received, RuntimeID: ev.RuntimeID, Kyma: ev.Kyma.String(), KymaState: state}
+		line.Watched.Namespace, line.Watched.Name = ev.Watched.Namespace, ev.Watched.Name
+		line.GVK.Group, line.GVK.Version, line.GVK.Kind = ev.GVK.Group, ev.GVK.Version, ev.GVK.Kind
+		b, err := json.Marshal(line)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		_, err = fmt.Fprintf(r.out, "%s\n", b)
+		return reconcile.Result{}, err
+	}
+	fmt.Fprintf(r.out, "%s  runtime %s: %s %s changed -> Kyma %s reconciled (%s)\n",
+		ev.Received.Format("15:04:05.000"), ev.RuntimeID, gvkText(ev.GVK), objectText(ev.Watched), ev.Kyma, state)
+	return reconcile.Result{}, nil
+}
+
+func gvkText(gvk schema.GroupVersionKind) string {
+	if gvk.Group == "" {
+		return gvk.Kind + " " + gvk.Version
+	}
+	return gvk.Kind + " " + gvk.Group + "/" + gvk.Version
+}
+
+func objectText(n types.NamespacedName) string {
+	if n.Namespace == "" {
+		return n.Name
+	}
+	return n.String()
+}

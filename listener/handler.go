@@ -1,0 +1,160 @@
+package listener
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+)
+
+var bufPool = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 1024)) }}
+
+// ServeHTTP implements http.Handler; Start serves it. It can also be mounted
+// on another server, in which case that server's timeouts apply.
+func (l *Listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	status := l.serve(w, r)
+	l.metrics.request(status)
+}
+
+func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
+	// Any other path, including another or an invalid manager's, is 404
+	// and never becomes an event.
+	if r.URL.Path != l.path {
+		return plainError(w, http.StatusNotFound, "not found")
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return plainError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed, use POST")
+	}
+
+	runtimeID, rej := l.auth.authenticate(r)
+	if rej != nil {
+		l.log.V(1).Info("event refused", "status", rej.status, "reason", rej.reason, "message", rej.message)
+		return l.reject(w, rej)
+	}
+
+	if r.ContentLength > contract.MaxEventBodyBytes {
+		return plainError(w, http.StatusRequestEntityTooLarge, "event body over 16 KiB")
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 4*contract.MaxEventBodyBytes {
+			buf.Reset()
+			bufPool.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, contract.MaxEventBodyBytes)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return plainError(w, http.StatusRequestEntityTooLarge, "event body over 16 KiB")
+		}
+		return plainError(w, http.StatusBadRequest, "cannot read the event body")
+	}
+	var we contract.WatchEvent
+	if err := json.Unmarshal(buf.Bytes(), &we); err != nil {
+		return plainError(w, http.StatusBadRequest, "malformed event: "+jsonErrorText(err))
+	}
+	if msg := missingFields(&we); msg != "" {
+		return plainError(w, http.StatusBadRequest, "malformed event: "+msg)
+	}
+
+	ev := event.GenericEvent{Object: newEventObject(runtimeID, &we)}
+	if !l.enqueue(ev) {
+		w.Header().Set("Retry-After", l.retryAfter)
+		l.log.V(1).Info("event buffer full", "runtimeID", runtimeID)
+		return plainError(w, http.StatusServiceUnavailable, "event buffer full, retry later")
+	}
+	l.metrics.delivered.Inc()
+	if v := l.log.V(1); v.Enabled() {
+		v.Info("event accepted", "runtimeID", runtimeID,
+			"watched", we.Watched.Namespace+"/"+we.Watched.Name, "gvk", we.WatchedGvk.Group+"/"+we.WatchedGvk.Version+"/"+we.WatchedGvk.Kind)
+	}
+	w.WriteHeader(http.StatusOK)
+	return http.StatusOK
+}
+
+// enqueue puts ev in the buffer, waiting at most the enqueue timeout (and
+// not at all once the listener is stopping).
+func (l *Listener) enqueue(ev event.GenericEvent) bool {
+	select {
+	case l.events <- ev:
+		return true
+	default:
+	}
+	if l.enqueueTimeout <= 0 {
+		return false
+	}
+	t := time.NewTimer(l.enqueueTimeout)
+	defer t.Stop()
+	select {
+	case l.events <- ev:
+		return true
+	case <-t.C:
+		return false
+	case <-l.stopped:
+		return false
+	}
+}
+
+func (l *Listener) reject(w http.ResponseWriter, rej *rejection) int {
+	if rej.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", l.retryAfter)
+	}
+	if rej.reason == "" {
+		return plainError(w, rej.status, rej.message)
+	}
+	body, err := json.Marshal(contract.DenyBody{Reason: rej.reason, Message: rej.message})
+	if err != nil { // cannot happen for two strings; fail with the status anyway
+		body = nil
+	}
+	h := w.Header()
+	h.Set(contract.HeaderDenyReason, string(rej.reason))
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(rej.status)
+	_, _ = w.Write(body)
+	return rej.status
+}
+
+func plainError(w http.ResponseWriter, status int, msg string) int {
+	http.Error(w, msg, status)
+	return status
+}
+
+// missingFields names the first required field the event lacks: the
+// watched object's name, the GVK's version and kind. Namespace (cluster
+// scoped objects) and group (core group) may be empty.
+func missingFields(we *contract.WatchEvent) string {
+	switch {
+	case we.Watched.Name == "":
+		return "watched.name is missing"
+	case we.WatchedGvk.Version == "":
+		return "watchedGvk.version is missing"
+	case we.WatchedGvk.Kind == "":
+		return "watchedGvk.kind is missing"
+	}
+	return ""
+}
+
+// jsonErrorText describes a decode error without echoing the body.
+func jsonErrorText(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return "invalid JSON"
+	case errors.As(err, &te):
+		return "field " + te.Field + " has the wrong type"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON"
+	}
+	return "invalid JSON"
+}
