@@ -1,0 +1,22 @@
+// Package skr embeds the SKR kustomize base (the skr-webhook Deployment,
+// Service and Namespace) so that vs-controller renders the bundle it applies
+// into every runtime from the very files this folder ships: one source of
+// truth, no YAML copies in Go strings.
+package skr
+
+import _ "embed"
+
+// Namespace is namespace.yaml.
+//
+//go:embed namespace.yaml
+var Namespace []byte
+
+// Service is service.yaml.
+//
+//go:embed service.yaml
+var Service []byte
+
+// Deployment is deployment.yaml.
+//
+//go:embed deployment.yaml
+var Deployment []byte

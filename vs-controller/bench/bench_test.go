@@ -1,0 +1,586 @@
+// Package bench measures vs-controller at scale against real API servers:
+// how long 1,000 Watchers and 500 runtimes take to reach steady state from a
+// cold start, how many write requests that costs, and that a second full
+// pass (a restarted controller) writes nothing.
+//
+// All runtimes' kubeconfigs point at one real SKR API server. So that the
+// runtimes do not overwrite each other's bundle there, the benchmark gives
+// each runtime its own slice of that cluster: a client wrapper (isolated
+// below) maps the bundle's namespace to skr-<runtime> and the webhook
+// configuration's name to skr-webhook-<runtime>. Everything else — the
+// objects, their size, the requests — is what a real runtime gets. That SKR
+// API server is started with a /16 service range (envtest's default /24 has
+// room for only 253 skr-webhook Services).
+package bench_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"github.com/go-logr/logr"
+	istioapiv1 "istio.io/api/networking/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+)
+
+var (
+	numWatchers = flag.Int("vsbench.watchers", 1000, "Watchers in the benchmark (100 with -short)")
+	numRuntimes = flag.Int("vsbench.runtimes", 500, "runtimes (Kyma CRs) in the benchmark (50 with -short)")
+	logFile     = flag.String("vsbench.log", "", "write the controller's log to this file")
+)
+
+const (
+	kymaNS    = "kcp-system"
+	gatewayNS = "istio-system"
+	watcherNS = "operators"
+)
+
+// counter counts requests by verb and resource.
+type counter struct {
+	mu    sync.Mutex
+	by    map[string]int
+	total atomic.Int64
+	write atomic.Int64
+}
+
+func newCounter() *counter { return &counter{by: map[string]int{}} }
+
+func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		c.total.Add(1)
+		if req.Method != http.MethodGet {
+			c.write.Add(1)
+			c.mu.Lock()
+			c.by[req.Method+" "+resourceOf(req.URL.Path)]++
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (c *counter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.by = map[string]int{}
+	c.total.Store(0)
+	c.write.Store(0)
+}
+
+func (c *counter) breakdown() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var parts []string
+	for k, v := range c.by {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	return strings.Join(parts, " ")
+}
+
+// resourceOf turns /apis/g/v/namespaces/ns/res/name/sub into res[/sub].
+func resourceOf(path string) string {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	if len(seg) > 0 && seg[0] == "api" {
+		seg = seg[2:]
+	} else if len(seg) > 2 {
+		seg = seg[3:]
+	}
+	if len(seg) >= 2 && seg[0] == "namespaces" && len(seg) > 2 {
+		seg = seg[2:]
+	}
+	switch len(seg) {
+	case 0:
+		return "?"
+	case 3:
+		return seg[0] + "/" + seg[2]
+	default:
+		return seg[0]
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// isolated gives every runtime its own namespace and webhook configuration
+// name in the one SKR API server (see the package comment).
+type isolated struct {
+	inner *runtimes.KubeconfigClients
+}
+
+func (i *isolated) For(ctx context.Context, key string, kubeconfig []byte) (client.Client, error) {
+	c, err := i.inner.For(ctx, key, kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	id := key[strings.Index(key, "/")+1:]
+	return &renaming{Client: c, ns: "skr-" + id, vwc: bundle.Name + "-" + id}, nil
+}
+
+func (i *isolated) Forget(key string) { i.inner.Forget(key) }
+
+type renaming struct {
+	client.Client
+	ns, vwc string
+}
+
+func (r *renaming) rename(kind string, key client.ObjectKey) client.ObjectKey {
+	switch {
+	case kind == "ValidatingWebhookConfiguration" && key.Name == bundle.Name:
+		key.Name = r.vwc
+	case kind == "Namespace" && key.Name == bundle.DefaultNamespace:
+		key.Name = r.ns
+	case key.Namespace == bundle.DefaultNamespace:
+		key.Namespace = r.ns
+	}
+	return key
+}
+
+func (r *renaming) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if err := r.Client.Get(ctx, r.rename(kind, key), obj, opts...); err != nil {
+		return err
+	}
+	// Report the object under the name the controller asked for.
+	obj.SetName(key.Name)
+	obj.SetNamespace(key.Namespace)
+	return nil
+}
+
+type applyObject interface {
+	GetKind() string
+	GetName() string
+	GetNamespace() string
+	SetName(string)
+	SetNamespace(string)
+}
+
+func (r *renaming) Apply(ctx context.Context, ac runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	u, ok := ac.(applyObject) // client.ApplyConfigurationFromUnstructured embeds *Unstructured
+	if !ok {
+		return fmt.Errorf("bench: cannot rename %T", ac)
+	}
+	key := r.rename(u.GetKind(), client.ObjectKey{Namespace: u.GetNamespace(), Name: u.GetName()})
+	u.SetName(key.Name)
+	u.SetNamespace(key.Namespace)
+	return r.Client.Apply(ctx, ac, opts...)
+}
+
+func gather(name string, labels map[string]string) float64 {
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+					continue metric
+				}
+			}
+			if m.Counter != nil {
+				total += m.GetCounter().GetValue()
+			} else {
+				total += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// idle reports whether both controllers have nothing queued or running.
+func idle() bool {
+	for _, c := range []string{routing.ControllerName, runtimes.ControllerName} {
+		if gather("workqueue_depth", map[string]string{"controller": c}) > 0 ||
+			gather("controller_runtime_active_workers", map[string]string{"controller": c}) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func reconciled() float64 {
+	return gather("vs_controller_virtualservice_reconciles_total", nil)
+}
+
+func runtimePasses() float64 {
+	return gather("vs_controller_runtime_reconciles_total", nil)
+}
+
+type fixture struct {
+	env         *testenv.Env
+	kcp, skr    *testenv.Cluster
+	ca          *pki.CA
+	w, r        int
+	kcpCount    *counter
+	skrCount    *counter
+	expectedVWC string
+}
+
+func setup(b *testing.B, ctx context.Context) *fixture {
+	f := &fixture{w: *numWatchers, r: *numRuntimes, kcpCount: newCounter(), skrCount: newCounter()}
+	if testing.Short() {
+		f.w, f.r = 100, 50
+	}
+	var err error
+	if f.env, err = testenv.Start("kcp"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.env.Stop() })
+	f.kcp = f.env.Cluster("kcp")
+	if f.skr, err = startSKR(b); err != nil {
+		b.Fatal(err)
+	}
+	if f.ca, err = pki.NewCA("bench CA"); err != nil {
+		b.Fatal(err)
+	}
+	// A fast, uncounted client for the fixture itself.
+	fastCfg := rest.CopyConfig(f.kcp.Config)
+	fastCfg.QPS, fastCfg.Burst = 1000, 2000
+	fast, err := client.New(fastCfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, ns := range []string{kymaNS, gatewayNS, watcherNS} {
+		if err := fast.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gw := &istionetworkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "kcp-gateway", Namespace: gatewayNS, Labels: map[string]string{"app": "watcher"}}}
+	gw.Spec.Servers = []*istioapiv1.Server{{Port: &istioapiv1.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"*.kcp.example.com", "gateway.kcp.example.com"}}}
+	if err := fast.Create(ctx, gw); err != nil {
+		b.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(f.skr.KubeconfigPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	parallel(f.w, func(i int) error {
+		w := &v1beta2.Watcher{
+			ObjectMeta: metav1.ObjectMeta{Namespace: watcherNS, Name: fmt.Sprintf("watcher-%04d", i)},
+			Spec: v1beta2.WatcherSpec{
+				ServiceInfo:     v1beta2.Service{Name: fmt.Sprintf("operator-%04d", i), Namespace: watcherNS, Port: 8082},
+				Manager:         fmt.Sprintf("operator-%04d", i),
+				LabelsToWatch:   map[string]string{"operator.kyma-project.io/watched-by": fmt.Sprintf("operator-%04d", i)},
+				ResourceToWatch: v1beta2.WatchableGVR{Group: "bench.example.com", Version: "v1", Resource: fmt.Sprintf("things%d", i)},
+				Field:           v1beta2.SpecField,
+				Gateway:         v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "watcher"}}},
+			},
+		}
+		return fast.Create(ctx, w)
+	}, b)
+	parallel(f.r, func(i int) error {
+		id := fmt.Sprintf("runtime-%04d", i)
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: runtimes.KubeconfigSecretName(id)},
+			Data:       map[string][]byte{runtimes.KubeconfigKey: kubeconfig},
+		}
+		if err := fast.Create(ctx, s); err != nil {
+			return err
+		}
+		k := &unstructured.Unstructured{}
+		k.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+		k.SetNamespace(kymaNS)
+		k.SetName(id)
+		k.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: id + ".skr.example.com"})
+		return fast.Create(ctx, k)
+	}, b)
+
+	// The VWC every runtime must end with: the same Watchers and CA for all.
+	var ws v1beta2.WatcherList
+	if err := fast.List(ctx, &ws); err != nil {
+		b.Fatal(err)
+	}
+	want, err := apply.Desired(bundle.WebhookConfiguration(bundle.Options{}, ws.Items, f.ca.PEM),
+		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.expectedVWC = want.GetAnnotations()[apply.HashAnnotation]
+	return f
+}
+
+// startSKR starts a plain API server (no CRDs needed) with a service range
+// large enough for one skr-webhook Service per runtime.
+func startSKR(b *testing.B) (*testenv.Cluster, error) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	api := &envtest.APIServer{}
+	api.Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlane: envtest.ControlPlane{APIServer: api}}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, err
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "skr-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(b.TempDir(), "skr.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	return &testenv.Cluster{Name: "skr", Config: cfg, Client: c, KubeconfigPath: path}, nil
+}
+
+func parallel(n int, fn func(int) error, b *testing.B) {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// startController runs a vs-controller manager, with the binary's default
+// settings, whose KCP and SKR requests are counted.
+func (f *fixture) startController(b *testing.B, ctx context.Context) (stop func()) {
+	cfg := rest.CopyConfig(f.kcp.Config)
+	cfg.QPS, cfg.Burst = 50, 100 // the binary's defaults
+	cfg.Wrap(transport.WrapperFunc(f.kcpCount.wrap))
+	ctx, cancel := context.WithCancel(ctx)
+	mgr, err := controllers.New(ctx, cfg, controllers.Options{
+		MetricsBindAddress:     "0",
+		HealthProbeBindAddress: "0",
+		GatewayNamespace:       gatewayNS,
+		KymaNamespace:          kymaNS,
+		Issuer:                 cmmeta.IssuerReference{Name: "ca", Kind: "Issuer", Group: "cert-manager.io"},
+		Bundle:                 bundle.Options{KCPAddr: "gateway.kcp.example.com"},
+		Clients:                &isolated{inner: &runtimes.KubeconfigClients{WrapTransport: f.skrCount.wrap}},
+		SkipNameValidation:     true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// converged checks the end state with an uncounted client: every Watcher
+// Ready for its generation with a VirtualService, and every runtime's five
+// bundle objects in the SKR with the expected webhook configuration.
+func (f *fixture) converged(ctx context.Context, c client.Client) (bool, string) {
+	var ws v1beta2.WatcherList
+	if err := c.List(ctx, &ws, client.InNamespace(watcherNS)); err != nil {
+		return false, err.Error()
+	}
+	ready := 0
+	for _, w := range ws.Items {
+		if w.Status.State == v1beta2.StateReady && w.Status.ObservedGeneration == w.Generation {
+			ready++
+		}
+	}
+	if ready < f.w {
+		return false, fmt.Sprintf("%d/%d Watchers ready", ready, f.w)
+	}
+	if n := countMeta(ctx, c, istionetworkingv1.SchemeGroupVersion.WithKind("VirtualServiceList"), client.InNamespace(watcherNS)); n < f.w {
+		return false, fmt.Sprintf("%d/%d VirtualServices", n, f.w)
+	}
+	vwcs := &metav1.PartialObjectMetadataList{}
+	vwcs.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfigurationList"))
+	skrClient := f.skr.Client
+	if err := skrClient.List(ctx, vwcs); err != nil {
+		return false, err.Error()
+	}
+	good := 0
+	for _, v := range vwcs.Items {
+		if v.Annotations[apply.HashAnnotation] == f.expectedVWC {
+			good++
+		}
+	}
+	if good < f.r {
+		issued := 0
+		secrets := &metav1.PartialObjectMetadataList{}
+		secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+		if err := c.List(ctx, secrets, client.InNamespace(kymaNS)); err == nil {
+			for _, s := range secrets.Items {
+				if strings.HasSuffix(s.Name, runtimes.CertificateSuffix) {
+					issued++
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d/%d webhook configurations complete (%d VWCs, %d certificates issued)", good, f.r, len(vwcs.Items), issued)
+	}
+	for _, k := range []schema.GroupVersionKind{
+		corev1.SchemeGroupVersion.WithKind("SecretList"),
+		corev1.SchemeGroupVersion.WithKind("ServiceList"),
+		{Group: "apps", Version: "v1", Kind: "DeploymentList"},
+	} {
+		if n := countMeta(ctx, skrClient, k, client.MatchingFields{"metadata.name": map[string]string{
+			"SecretList": bundle.SecretName, "ServiceList": bundle.Name, "DeploymentList": bundle.Name}[k.Kind]}); n < f.r {
+			return false, fmt.Sprintf("%d/%d %s", n, f.r, k.Kind)
+		}
+	}
+	return true, ""
+}
+
+func countMeta(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, opts ...client.ListOption) int {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(gvk)
+	if err := c.List(ctx, l, opts...); err != nil {
+		return -1
+	}
+	return len(l.Items)
+}
+
+// BenchmarkSteadyState: cold start to steady state with 1,000 Watchers and
+// 500 runtimes, then a restarted controller's full pass, which must write
+// nothing.
+func BenchmarkSteadyState(b *testing.B) {
+	if *logFile != "" {
+		out, err := os.Create(*logFile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		ctrl.SetLogger(zap.New(zap.WriteTo(out)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	ctx := b.Context()
+	f := setup(b, ctx)
+	go func() {
+		if err := certmanager.Run(ctx, f.kcp.Config, f.ca, kymaNS); err != nil && ctx.Err() == nil {
+			panic(err)
+		}
+	}()
+	check, err := client.New(f.kcp.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("fixture: %d Watchers, %d runtimes (all pointing at one SKR API server, isolated by namespace)", f.w, f.r)
+
+	for b.Loop() {
+		f.kcpCount.reset()
+		f.skrCount.reset()
+		start := time.Now()
+		stop := f.startController(b, ctx)
+		last, lastLog := "", time.Now()
+		for {
+			ok, why := f.converged(ctx, check)
+			if ok && idle() {
+				break
+			}
+			if why != last && time.Since(lastLog) > 10*time.Second {
+				// Progress goes to stderr at once; b.Logf shows only at the end.
+				fmt.Fprintf(os.Stderr, "vsbench %5.0fs: %s; runtime queue %v, errors %v, retries %v\n", time.Since(start).Seconds(), why,
+					gather("workqueue_depth", map[string]string{"controller": runtimes.ControllerName}),
+					gather("controller_runtime_reconcile_errors_total", map[string]string{"controller": runtimes.ControllerName}),
+					gather("workqueue_retries_total", map[string]string{"controller": runtimes.ControllerName}))
+				last, lastLog = why, time.Now()
+			}
+			if time.Since(start) > 20*time.Minute {
+				b.Fatalf("no steady state after 20m: %s", why)
+			}
+			waitTick(ctx, 2*time.Second)
+		}
+		converge := time.Since(start)
+		stop()
+		kcpWrites, skrWrites := f.kcpCount.write.Load(), f.skrCount.write.Load()
+		kcpReq, skrReq := f.kcpCount.total.Load(), f.skrCount.total.Load()
+		b.Logf("converged in %s: KCP %d writes (%d requests): %s", converge.Round(time.Millisecond), kcpWrites, kcpReq, f.kcpCount.breakdown())
+		b.Logf("                SKR %d writes (%d requests): %s", skrWrites, skrReq, f.skrCount.breakdown())
+
+		// Second pass: a restarted controller reconciles everything again.
+		f.kcpCount.reset()
+		f.skrCount.reset()
+		w0, r0 := reconciled(), runtimePasses()
+		start2 := time.Now()
+		stop = f.startController(b, ctx)
+		for reconciled()-w0 < float64(f.w) || runtimePasses()-r0 < float64(f.r) || !idle() || time.Since(start2) < 3*time.Second {
+			if time.Since(start2) > 20*time.Minute {
+				b.Fatalf("second pass incomplete: %v Watchers, %v runtimes", reconciled()-w0, runtimePasses()-r0)
+			}
+			waitTick(ctx, 200*time.Millisecond)
+		}
+		pass2 := time.Since(start2)
+		stop()
+		w2, k2req, s2req := f.kcpCount.write.Load()+f.skrCount.write.Load(), f.kcpCount.total.Load(), f.skrCount.total.Load()
+		b.Logf("second pass in %s: %v Watcher and %v runtime reconciles, %d writes (%s %s), %d KCP + %d SKR requests (reads)",
+			pass2.Round(time.Millisecond), reconciled()-w0, runtimePasses()-r0, w2, f.kcpCount.breakdown(), f.skrCount.breakdown(), k2req, s2req)
+		if w2 != 0 {
+			b.Errorf("the second pass wrote %d times", w2)
+		}
+		b.ReportMetric(converge.Seconds(), "converge-s")
+		b.ReportMetric(float64(kcpWrites), "kcp-writes")
+		b.ReportMetric(float64(skrWrites), "skr-writes")
+		b.ReportMetric(float64(w2), "pass2-writes")
+		b.ReportMetric(pass2.Seconds(), "pass2-s")
+	}
+}
+
+func waitTick(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

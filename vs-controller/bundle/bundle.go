@@ -1,0 +1,221 @@
+// Package bundle builds the objects vs-controller applies into every runtime
+// (SKR) cluster (ARCHITECTURE.md §3.2): the namespace, the Secret
+// skr-webhook-tls, the skr-webhook Deployment and Service (rendered from the
+// kustomize base in manifests/skr), and the ValidatingWebhookConfiguration
+// skr-webhook with one webhook per Watcher CR.
+//
+// It only builds objects; writing them is the runtime reconciler's job.
+package bundle
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
+)
+
+// Names of the SKR objects (ARCHITECTURE.md §3.2).
+const (
+	// Name of the Deployment, Service and ValidatingWebhookConfiguration.
+	Name = "skr-webhook"
+	// SecretName is the Secret holding ca.crt, tls.crt and tls.key.
+	SecretName = "skr-webhook-tls"
+	// DefaultNamespace is the SKR namespace of the bundle.
+	DefaultNamespace = "kyma-system"
+	// ServicePort is the port of the skr-webhook Service.
+	ServicePort = 443
+	// DefaultTimeoutSeconds bounds each admission call of the SKR API server.
+	DefaultTimeoutSeconds = 3
+
+	containerName = "skr-webhook"
+	kcpAddrFlag   = "--kcp-addr="
+)
+
+// Secret keys, as cert-manager writes them.
+const (
+	KeyCA   = "ca.crt"
+	KeyCert = "tls.crt"
+	KeyKey  = "tls.key"
+)
+
+// Options shape the bundle.
+type Options struct {
+	// Namespace in the SKR; DefaultNamespace when empty.
+	Namespace string
+	// Image of the skr-webhook; the image in manifests/skr when empty.
+	Image string
+	// KCPAddr is the KCP gateway host the webhook posts events to (its
+	// --kcp-addr); the placeholder in manifests/skr when empty.
+	KCPAddr string
+	// WebhookURL, when set, makes the webhooks call URL+/validate/<manager>
+	// instead of the Service. A LOCAL/testing aid for SKR API servers that
+	// cannot reach Services (the skr-webhook runs as a local process).
+	WebhookURL string
+	// TimeoutSeconds of each webhook; DefaultTimeoutSeconds when 0.
+	TimeoutSeconds int32
+}
+
+func (o Options) namespace() string {
+	if o.Namespace == "" {
+		return DefaultNamespace
+	}
+	return o.Namespace
+}
+
+// ServiceDNSNames are the names the webhook's serving certificate must
+// carry: skr-webhook.<ns>.svc and skr-webhook.<ns>.svc.cluster.local.
+func (o Options) ServiceDNSNames() []string {
+	ns := o.namespace()
+	return []string{Name + "." + ns + ".svc", Name + "." + ns + ".svc.cluster.local"}
+}
+
+// Namespace is the SKR namespace of the bundle.
+func Namespace(o Options) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	if err := decode(skr.Namespace, ns); err != nil {
+		return nil, err
+	}
+	ns.Name = o.namespace()
+	return ns, nil
+}
+
+// Secret is skr-webhook-tls with the runtime's certificate.
+func Secret(o Options, caCrt, tlsCrt, tlsKey []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: o.namespace()},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{KeyCA: caCrt, KeyCert: tlsCrt, KeyKey: tlsKey},
+	}
+}
+
+// Service is manifests/skr/service.yaml in the bundle's namespace.
+func Service(o Options) (*corev1.Service, error) {
+	svc := &corev1.Service{}
+	if err := decode(skr.Service, svc); err != nil {
+		return nil, err
+	}
+	svc.Namespace = o.namespace()
+	return svc, nil
+}
+
+// Deployment is manifests/skr/deployment.yaml in the bundle's namespace
+// with the image and --kcp-addr from o.
+func Deployment(o Options) (*appsv1.Deployment, error) {
+	d := &appsv1.Deployment{}
+	if err := decode(skr.Deployment, d); err != nil {
+		return nil, err
+	}
+	d.Namespace = o.namespace()
+	var c *corev1.Container
+	for i := range d.Spec.Template.Spec.Containers {
+		if d.Spec.Template.Spec.Containers[i].Name == containerName {
+			c = &d.Spec.Template.Spec.Containers[i]
+		}
+	}
+	if c == nil {
+		return nil, fmt.Errorf("manifests/skr/deployment.yaml has no container %q", containerName)
+	}
+	if o.Image != "" {
+		c.Image = o.Image
+	}
+	if o.KCPAddr != "" {
+		found := false
+		for i, a := range c.Args {
+			if strings.HasPrefix(a, kcpAddrFlag) {
+				c.Args[i], found = kcpAddrFlag+o.KCPAddr, true
+			}
+		}
+		if !found {
+			c.Args = append(c.Args, kcpAddrFlag+o.KCPAddr)
+		}
+	}
+	return d, nil
+}
+
+// WebhookConfiguration is the ValidatingWebhookConfiguration skr-webhook
+// with one webhook per usable Watcher, sorted by webhook name. Watchers
+// being deleted or without a valid manager name are left out.
+func WebhookConfiguration(o Options, watchers []v1beta2.Watcher, caBundle []byte) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	hooks := make([]admissionregistrationv1.ValidatingWebhook, 0, len(watchers))
+	for i := range watchers {
+		w := &watchers[i]
+		if !Usable(w) {
+			continue
+		}
+		hooks = append(hooks, Webhook(o, w, caBundle))
+	}
+	sort.Slice(hooks, func(i, j int) bool { return hooks[i].Name < hooks[j].Name })
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: Name},
+		Webhooks:   hooks,
+	}
+}
+
+// Usable reports whether a Watcher gets a webhook: it is not being deleted
+// and its manager name is a DNS-1123 label.
+func Usable(w *v1beta2.Watcher) bool {
+	return w.DeletionTimestamp == nil && contract.ValidManager(w.ManagerName()) &&
+		len(validation.IsDNS1123Subdomain(w.WebhookName())) == 0
+}
+
+// Webhook is a Watcher's webhook (ARCHITECTURE.md §3.2).
+func Webhook(o Options, w *v1beta2.Watcher, caBundle []byte) admissionregistrationv1.ValidatingWebhook {
+	resource := w.Spec.ResourceToWatch.Resource
+	if w.Spec.Field == v1beta2.StatusField {
+		resource += "/status"
+	}
+	timeout := o.TimeoutSeconds
+	if timeout == 0 {
+		timeout = DefaultTimeoutSeconds
+	}
+	path := contract.ValidatePath(w.ManagerName())
+	cc := admissionregistrationv1.WebhookClientConfig{CABundle: bytes.Clone(caBundle)}
+	if o.WebhookURL != "" {
+		cc.URL = ptr.To(strings.TrimSuffix(o.WebhookURL, "/") + path)
+	} else {
+		cc.Service = &admissionregistrationv1.ServiceReference{
+			Name: Name, Namespace: o.namespace(), Path: ptr.To(path), Port: ptr.To[int32](ServicePort),
+		}
+	}
+	hook := admissionregistrationv1.ValidatingWebhook{
+		Name:         w.WebhookName(),
+		ClientConfig: cc,
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{
+				admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete,
+			},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{w.Spec.ResourceToWatch.Group},
+				APIVersions: []string{w.Spec.ResourceToWatch.Version},
+				Resources:   []string{resource},
+			},
+		}},
+		FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+		TimeoutSeconds:          ptr.To(timeout),
+		AdmissionReviewVersions: []string{"v1"},
+	}
+	if len(w.Spec.LabelsToWatch) > 0 {
+		hook.ObjectSelector = &metav1.LabelSelector{MatchLabels: w.Spec.LabelsToWatch}
+	}
+	return hook
+}
+
+func decode(data []byte, into any) error {
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		return fmt.Errorf("decode manifests/skr: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+package bundle_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+)
+
+func watcher(ns, name, manager string, field v1beta2.FieldName, labels map[string]string) v1beta2.Watcher {
+	return v1beta2.Watcher{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1beta2.WatcherSpec{
+			Manager:         manager,
+			LabelsToWatch:   labels,
+			ResourceToWatch: v1beta2.WatchableGVR{Group: "operator.kyma-project.io", Version: "*", Resource: "kymas"},
+			Field:           field,
+		},
+	}
+}
+
+func TestDeployment(t *testing.T) {
+	d, err := bundle.Deployment(bundle.Options{Namespace: "skr-ns", Image: "registry/skr-webhook:v1", KCPAddr: "gw.kcp.example:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != bundle.Name || d.Namespace != "skr-ns" {
+		t.Fatalf("deployment %s/%s", d.Namespace, d.Name)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != "registry/skr-webhook:v1" {
+		t.Fatalf("image %q", c.Image)
+	}
+	for _, want := range []string{
+		"--tls-cert-file=/etc/skr-webhook/tls.crt", "--tls-key-file=/etc/skr-webhook/tls.key",
+		"--ca-file=/etc/skr-webhook/ca.crt", "--kcp-addr=gw.kcp.example:443", "--listen-addr=:8443",
+	} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("args %v lack %s", c.Args, want)
+		}
+	}
+	if n := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--kcp-addr=") }); slices.IndexFunc(c.Args[n+1:], func(a string) bool { return strings.HasPrefix(a, "--kcp-addr=") }) >= 0 {
+		t.Errorf("--kcp-addr given twice: %v", c.Args)
+	}
+	// The Deployment mounts the Secret the bundle writes.
+	vols := d.Spec.Template.Spec.Volumes
+	if len(vols) != 1 || vols[0].Secret == nil || vols[0].Secret.SecretName != bundle.SecretName {
+		t.Fatalf("volumes %+v do not mount %s", vols, bundle.SecretName)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || d.Spec.Template.Spec.SecurityContext.RunAsNonRoot == nil || !*d.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
+		t.Fatal("not non-root with a read-only root filesystem")
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port != intstr.FromString("health") {
+			t.Fatalf("probe %+v", p)
+		}
+	}
+	health := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "health" })
+	if health < 0 || c.Ports[health].ContainerPort != 8081 {
+		t.Fatalf("health port %+v", c.Ports)
+	}
+	if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Fatal("probe paths")
+	}
+
+	// Defaults: the manifest's image and placeholder address.
+	d2, err := bundle.Deployment(bundle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2.Namespace != bundle.DefaultNamespace || d2.Spec.Template.Spec.Containers[0].Image == "" {
+		t.Fatalf("defaults: %s %q", d2.Namespace, d2.Spec.Template.Spec.Containers[0].Image)
+	}
+}
+
+func TestServiceAndNamespace(t *testing.T) {
+	svc, err := bundle.Service(bundle.Options{Namespace: "skr-ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := bundle.Deployment(bundle.Options{})
+	if svc.Name != bundle.Name || svc.Namespace != "skr-ns" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != bundle.ServicePort {
+		t.Fatalf("service %+v", svc)
+	}
+	// The Service selects the Deployment's pods and targets its webhook port.
+	for k, v := range svc.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v {
+			t.Fatalf("selector %v does not select pod labels %v", svc.Spec.Selector, d.Spec.Template.Labels)
+		}
+	}
+	target := svc.Spec.Ports[0].TargetPort.StrVal
+	c := d.Spec.Template.Spec.Containers[0]
+	if i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == target }); i < 0 || c.Ports[i].ContainerPort != 8443 {
+		t.Fatalf("target port %q is not the container's 8443", target)
+	}
+	ns, err := bundle.Namespace(bundle.Options{Namespace: "skr-ns"})
+	if err != nil || ns.Name != "skr-ns" {
+		t.Fatalf("namespace %v %v", ns, err)
+	}
+	if got := (bundle.Options{Namespace: "skr-ns"}).ServiceDNSNames(); !slices.Equal(got, []string{"skr-webhook.skr-ns.svc", "skr-webhook.skr-ns.svc.cluster.local"}) {
+		t.Fatalf("service DNS names %v", got)
+	}
+}
+
+func TestSecret(t *testing.T) {
+	s := bundle.Secret(bundle.Options{}, []byte("ca"), []byte("crt"), []byte("key"))
+	if s.Name != "skr-webhook-tls" || s.Namespace != "kyma-system" || s.Type != corev1.SecretTypeTLS ||
+		string(s.Data["ca.crt"]) != "ca" || string(s.Data["tls.crt"]) != "crt" || string(s.Data["tls.key"]) != "key" {
+		t.Fatalf("secret %+v", s)
+	}
+}
+
+func TestWebhook(t *testing.T) {
+	ca := []byte("-----BEGIN CERTIFICATE-----")
+	for _, tc := range []struct {
+		name     string
+		opts     bundle.Options
+		w        v1beta2.Watcher
+		resource string
+		selector map[string]string
+		url      string
+	}{
+		{"spec via service", bundle.Options{Namespace: "skr-ns"}, watcher("kcp-system", "lm", "lifecycle-manager", v1beta2.SpecField, nil), "kymas", nil, ""},
+		{"status subresource", bundle.Options{}, watcher("kcp-system", "lm", "lifecycle-manager", v1beta2.StatusField, nil), "kymas/status", nil, ""},
+		{"labels to watch", bundle.Options{}, watcher("kcp-system", "lm", "lifecycle-manager", v1beta2.SpecField, map[string]string{"a": "b"}), "kymas", map[string]string{"a": "b"}, ""},
+		{"local URL", bundle.Options{WebhookURL: "https://localhost:18443/"}, watcher("kcp-system", "lm", "lifecycle-manager", v1beta2.SpecField, nil), "kymas", nil, "https://localhost:18443/validate/lifecycle-manager"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := bundle.Webhook(tc.opts, &tc.w, ca)
+			if h.Name != "kcp-system.lm.operator.kyma-project.io" {
+				t.Errorf("name %q", h.Name)
+			}
+			if len(h.Rules) != 1 || !slices.Equal(h.Rules[0].Resources, []string{tc.resource}) ||
+				!slices.Equal(h.Rules[0].APIGroups, []string{"operator.kyma-project.io"}) || !slices.Equal(h.Rules[0].APIVersions, []string{"*"}) ||
+				!slices.Equal(h.Rules[0].Operations, []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"}) {
+				t.Errorf("rules %+v", h.Rules)
+			}
+			if tc.selector == nil && h.ObjectSelector != nil || tc.selector != nil && (h.ObjectSelector == nil || fmt.Sprint(h.ObjectSelector.MatchLabels) != fmt.Sprint(tc.selector)) {
+				t.Errorf("objectSelector %+v", h.ObjectSelector)
+			}
+			if *h.FailurePolicy != admissionregistrationv1.Ignore || *h.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun ||
+				*h.TimeoutSeconds != bundle.DefaultTimeoutSeconds || !slices.Equal(h.AdmissionReviewVersions, []string{"v1"}) {
+				t.Errorf("policy fields %+v", h)
+			}
+			if string(h.ClientConfig.CABundle) != string(ca) {
+				t.Errorf("caBundle %q", h.ClientConfig.CABundle)
+			}
+			path := contract.ValidatePath("lifecycle-manager")
+			switch {
+			case tc.url != "":
+				if h.ClientConfig.URL == nil || *h.ClientConfig.URL != tc.url || h.ClientConfig.Service != nil {
+					t.Errorf("clientConfig %+v", h.ClientConfig)
+				}
+			default:
+				s := h.ClientConfig.Service
+				ns := tc.opts.Namespace
+				if ns == "" {
+					ns = bundle.DefaultNamespace
+				}
+				if h.ClientConfig.URL != nil || s == nil || s.Name != bundle.Name || s.Namespace != ns || *s.Path != path || *s.Port != 443 {
+					t.Errorf("clientConfig %+v", h.ClientConfig)
+				}
+			}
+		})
+	}
+}
+
+func TestWebhookConfiguration(t *testing.T) {
+	deleting := watcher("b", "deleting", "m", v1beta2.SpecField, nil)
+	deleting.DeletionTimestamp = &metav1.Time{}
+	byLabel := watcher("a", "by-label", "", v1beta2.SpecField, nil)
+	byLabel.Labels = map[string]string{contract.LabelManagedBy: "from-label"}
+	ws := []v1beta2.Watcher{
+		watcher("z", "last", "m1", v1beta2.SpecField, nil),
+		deleting,
+		watcher("a", "no-manager", "", v1beta2.SpecField, nil),
+		watcher("a", "bad-manager", "Not_A_Label", v1beta2.SpecField, nil),
+		byLabel,
+		watcher("a", "first", "m2", v1beta2.StatusField, nil),
+	}
+	vwc := bundle.WebhookConfiguration(bundle.Options{}, ws, []byte("ca"))
+	if vwc.Name != "skr-webhook" {
+		t.Fatalf("name %q", vwc.Name)
+	}
+	var names []string
+	for _, h := range vwc.Webhooks {
+		names = append(names, h.Name)
+	}
+	want := []string{"a.by-label.operator.kyma-project.io", "a.first.operator.kyma-project.io", "z.last.operator.kyma-project.io"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("webhooks %v, want %v", names, want)
+	}
+	if p := *vwc.Webhooks[0].ClientConfig.Service.Path; p != "/validate/from-label" {
+		t.Fatalf("managed-by label not used: %s", p)
+	}
+	if got := bundle.WebhookConfiguration(bundle.Options{}, nil, nil); len(got.Webhooks) != 0 {
+		t.Fatal("webhooks without watchers")
+	}
+}
+
+// One Watcher's webhook in the runtime's ValidatingWebhookConfiguration.
+func ExampleWebhook() {
+	w := watcher("kcp-system", "lifecycle-manager", "lifecycle-manager", v1beta2.SpecField, map[string]string{"operator.kyma-project.io/watched-by": "lifecycle-manager"})
+	h := bundle.Webhook(bundle.Options{}, &w, []byte("<ca.crt>"))
+	fmt.Println(h.Name)
+	fmt.Println(h.ClientConfig.Service.Namespace+"/"+h.ClientConfig.Service.Name, *h.ClientConfig.Service.Path)
+	fmt.Println(h.Rules[0].Operations, h.Rules[0].Resources, *h.FailurePolicy, *h.SideEffects)
+	// Output:
+	// kcp-system.lifecycle-manager.operator.kyma-project.io
+	// kyma-system/skr-webhook /validate/lifecycle-manager
+	// [CREATE UPDATE DELETE] [kymas] Ignore NoneOnDryRun
+}

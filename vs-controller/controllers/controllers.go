@@ -1,0 +1,157 @@
+// Package controllers assembles vs-controller's manager: the Watcher
+// reconciler (package routing) and the runtime reconciler (package
+// runtimes), with a cache restricted to the namespaces each kind lives in and
+// health checks that reflect the cache's state. The binary and the
+// integration tests build the very same manager from it.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	corev1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+)
+
+// Options configure the manager.
+type Options struct {
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	LeaderElection         bool
+	// LeaderElectionNamespace; the Kyma namespace when empty.
+	LeaderElectionNamespace string
+
+	GatewayNamespace string
+	KymaNamespace    string
+	Issuer           cmmeta.IssuerReference
+	ExtraDNSNames    []string
+	Bundle           bundle.Options
+
+	// Clients of the runtime clusters; a KubeconfigClients with
+	// SKRTimeout when nil.
+	Clients    runtimes.ClusterClients
+	SKRTimeout time.Duration
+	// WatcherDebounce, Resync: see runtimes.Reconciler.
+	WatcherDebounce time.Duration
+	Resync          time.Duration
+	// Workers of the Watcher and runtime controllers (defaults when 0).
+	WatcherWorkers int
+	RuntimeWorkers int
+
+	// SkipNameValidation lets tests build several managers in one process.
+	SkipNameValidation bool
+}
+
+// Scheme has the kinds vs-controller reads and writes in the KCP.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1beta2.AddToScheme(s))
+	utilruntime.Must(istionetworkingv1.AddToScheme(s))
+	utilruntime.Must(certmanagerv1.AddToScheme(s))
+	return s
+}
+
+// New builds the manager with both reconcilers registered.
+func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.GatewayNamespace == "" {
+		o.GatewayNamespace = routing.DefaultGatewayNamespace
+	}
+	if o.KymaNamespace == "" {
+		o.KymaNamespace = runtimes.DefaultKymaNamespace
+	}
+	if o.Issuer.Name == "" {
+		return nil, errors.New("an issuer name is required")
+	}
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = o.KymaNamespace
+	}
+	inKymaNS := map[string]cache.Config{o.KymaNamespace: {}}
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "vs-controller.operator.kyma-project.io",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&istionetworkingv1.Gateway{}: {Namespaces: map[string]cache.Config{o.GatewayNamespace: {}}},
+			runtimes.NewKyma():           {Namespaces: inKymaNS},
+			&corev1.Secret{}:             {Namespaces: inKymaNS},
+			&certmanagerv1.Certificate{}: {Namespaces: inKymaNS},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new manager: %w", err)
+	}
+	rec := &routing.Reconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
+		GatewayNamespace:        o.GatewayNamespace,
+		MaxConcurrentReconciles: o.WatcherWorkers,
+	}
+	if err := rec.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("watcher controller: %w", err)
+	}
+	clients := o.Clients
+	if clients == nil {
+		clients = &runtimes.KubeconfigClients{Timeout: o.SKRTimeout}
+	}
+	rr := &runtimes.Reconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
+		Clients:                 clients,
+		KymaNamespace:           o.KymaNamespace,
+		Issuer:                  o.Issuer,
+		ExtraDNSNames:           o.ExtraDNSNames,
+		Bundle:                  o.Bundle,
+		WatcherDebounce:         o.WatcherDebounce,
+		Resync:                  o.Resync,
+		MaxConcurrentReconciles: o.RuntimeWorkers,
+	}
+	if err := rr.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("runtime controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", cacheSynced(mgr.GetCache())); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// cacheSynced is ready once the informers have synced: before that the
+// reconcilers would act on an empty view of the cluster.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("informer caches have not synced")
+		}
+		return nil
+	}
+}

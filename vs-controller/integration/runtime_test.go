@@ -1,0 +1,301 @@
+package integration_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+)
+
+func newKyma(name, runtimeID, domain string) *unstructured.Unstructured {
+	k := &unstructured.Unstructured{}
+	k.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	k.SetNamespace(kymaNS)
+	k.SetName(name)
+	if runtimeID != "" {
+		k.SetLabels(map[string]string{contract.LabelRuntimeID: runtimeID})
+	}
+	if domain != "" {
+		k.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: domain})
+	}
+	k.Object["spec"] = map[string]any{"channel": "regular"}
+	return k
+}
+
+func kubeconfigSecret(runtimeID string, kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: runtimes.KubeconfigSecretName(runtimeID)},
+		Data:       map[string][]byte{runtimes.KubeconfigKey: kubeconfig},
+	}
+}
+
+func skrGet(ctx context.Context, obj client.Object, ns, name string) func() error {
+	return func() error { return skr.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj) }
+}
+
+func webhookNames(ctx context.Context) func() ([]string, error) {
+	return func() ([]string, error) {
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc); err != nil {
+			return nil, err
+		}
+		names := []string{}
+		for _, h := range vwc.Webhooks {
+			names = append(names, h.Name)
+		}
+		return names, nil
+	}
+}
+
+func parseCert(data []byte) *x509.Certificate {
+	b, _ := pem.Decode(data)
+	ExpectWithOffset(1, b).NotTo(BeNil())
+	c, err := x509.ParseCertificate(b.Bytes)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return c
+}
+
+func kymaEvents(ctx context.Context, name string) func() []string {
+	return func() []string {
+		k := newKyma(name, "", "")
+		if err := kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k); err != nil {
+			return nil
+		}
+		return reasons(eventsFor(ctx, k))
+	}
+}
+
+var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
+	const (
+		kymaName  = "kyma-sample"
+		runtimeID = "runtime-1"
+		domain    = "runtime-1.skr.example.com"
+	)
+	var watcherNS string
+
+	BeforeAll(func(ctx SpecContext) {
+		watcherNS = newNamespace(ctx, "runtime-watchers")
+		// Two Watchers exist before the runtime.
+		Expect(kcp.Client.Create(ctx, newWatcher(watcherNS, "lifecycle-manager", "lifecycle-manager", map[string]string{"x": "y"}))).To(Succeed())
+		status := newWatcher(watcherNS, "status-watcher", "status-operator", map[string]string{"x": "y"})
+		status.Spec.Field = v1beta2.StatusField
+		status.Spec.LabelsToWatch = nil
+		Expect(kcp.Client.Create(ctx, status)).To(Succeed())
+
+		Expect(kcp.Client.Create(ctx, kubeconfigSecret(runtimeID, kubeconfigOf(skr)))).To(Succeed())
+		Expect(kcp.Client.Create(ctx, newKyma(kymaName, runtimeID, domain))).To(Succeed())
+	})
+
+	It("issues the runtime's Certificate", func(ctx SpecContext) {
+		Eventually(func() error { _, err := certificateOf(ctx, runtimeID); return err }).Should(Succeed())
+		crt, _ := certificateOf(ctx, runtimeID)
+		Expect(crt.Spec.CommonName).To(Equal(runtimeID))
+		Expect(crt.Spec.DNSNames).To(Equal([]string{domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"}))
+		Expect(crt.Spec.SecretName).To(Equal(runtimeID + "-webhook-tls"))
+		Expect(crt.Spec.IssuerRef).To(Equal(cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"}))
+		Expect(crt.Spec.Usages).To(ContainElements(certmanagerv1.UsageServerAuth, certmanagerv1.UsageClientAuth))
+		kyma := newKyma(kymaName, "", "")
+		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(kyma), kyma)).To(Succeed())
+		Expect(metav1.IsControlledBy(crt, kyma)).To(BeTrue())
+		Expect(kyma.GetFinalizers()).To(ContainElement(runtimes.Finalizer))
+	})
+
+	It("applies the bundle into the runtime, with one webhook per Watcher", func(ctx SpecContext) {
+		Eventually(skrGet(ctx, &corev1.Namespace{}, "", bundle.DefaultNamespace)).Should(Succeed())
+
+		tls := &corev1.Secret{}
+		Eventually(skrGet(ctx, tls, bundle.DefaultNamespace, bundle.SecretName)).Should(Succeed())
+		Expect(tls.Data[bundle.KeyCA]).To(Equal(ca.PEM))
+		leaf := parseCert(tls.Data[bundle.KeyCert])
+		Expect(leaf.Subject.CommonName).To(Equal(runtimeID))
+		Expect(leaf.DNSNames).To(ContainElements(domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"))
+		Expect(tls.Data[bundle.KeyKey]).NotTo(BeEmpty())
+		kcpSecret := &corev1.Secret{}
+		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, kcpSecret)).To(Succeed())
+		Expect(tls.Data[bundle.KeyKey]).To(Equal(kcpSecret.Data[bundle.KeyKey]), "the SKR gets the issued key pair")
+
+		dep := &appsv1.Deployment{}
+		Eventually(skrGet(ctx, dep, bundle.DefaultNamespace, bundle.Name)).Should(Succeed())
+		Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal(skrImage))
+		Expect(dep.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--kcp-addr=" + kcpGateway))
+		Expect(dep.Spec.Template.Spec.Volumes[0].Secret.SecretName).To(Equal(bundle.SecretName))
+		svc := &corev1.Service{}
+		Eventually(skrGet(ctx, svc, bundle.DefaultNamespace, bundle.Name)).Should(Succeed())
+		Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(443))
+
+		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+		Expect(usableWebhookNames(ctx)).To(ContainElements(
+			watcherNS+".lifecycle-manager.operator.kyma-project.io",
+			watcherNS+".status-watcher.operator.kyma-project.io"))
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc)).To(Succeed())
+		for _, h := range vwc.Webhooks {
+			Expect(h.ClientConfig.CABundle).To(Equal(ca.PEM))
+			Expect(*h.FailurePolicy).To(Equal(admissionregistrationv1.Ignore))
+			Expect(*h.SideEffects).To(Equal(admissionregistrationv1.SideEffectClassNoneOnDryRun))
+			Expect(h.ClientConfig.Service.Name).To(Equal(bundle.Name))
+			Expect(*h.ClientConfig.Service.Port).To(BeEquivalentTo(443))
+			switch h.Name {
+			case watcherNS + ".status-watcher.operator.kyma-project.io":
+				Expect(h.Rules[0].Resources).To(Equal([]string{"kymas/status"}))
+				Expect(*h.ClientConfig.Service.Path).To(Equal("/validate/status-operator"))
+			case watcherNS + ".lifecycle-manager.operator.kyma-project.io":
+				Expect(h.Rules[0].Resources).To(Equal([]string{"kymas"}))
+				Expect(h.ObjectSelector.MatchLabels).To(Equal(map[string]string{"operator.kyma-project.io/watched-by": "lifecycle-manager"}))
+			}
+		}
+		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonBundleApplied))
+	})
+
+	It("updates the runtime when Watchers are added, changed and removed", func(ctx SpecContext) {
+		w := newWatcher(watcherNS, "added", "added-operator", map[string]string{"x": "y"})
+		Expect(kcp.Client.Create(ctx, w)).To(Succeed())
+		name := watcherNS + ".added.operator.kyma-project.io"
+		Eventually(webhookNames(ctx)).Should(ContainElement(name))
+		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+
+		By("changing the watched field")
+		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(w), w)).To(Succeed())
+		w.Spec.Field = v1beta2.StatusField
+		w.Spec.LabelsToWatch = nil
+		Expect(kcp.Client.Update(ctx, w)).To(Succeed())
+		Eventually(func() (*admissionregistrationv1.ValidatingWebhook, error) {
+			vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc); err != nil {
+				return nil, err
+			}
+			for i := range vwc.Webhooks {
+				if vwc.Webhooks[i].Name == name {
+					return &vwc.Webhooks[i], nil
+				}
+			}
+			return nil, nil
+		}).Should(And(
+			HaveField("Rules", ContainElement(HaveField("Rule.Resources", []string{"kymas/status"}))),
+			// labelsToWatch removed: the selector we set is gone (the API
+			// server defaults an empty one).
+			HaveField("ObjectSelector.MatchLabels", BeEmpty()),
+		))
+
+		By("deleting the Watcher")
+		Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
+		Eventually(webhookNames(ctx)).ShouldNot(ContainElement(name))
+		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+	})
+
+	It("re-applies a rotated certificate", func(ctx SpecContext) {
+		old := &corev1.Secret{}
+		Expect(skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, old)).To(Succeed())
+
+		By("asking for a re-issue, as `cmctl renew` does")
+		crt, err := certificateOf(ctx, runtimeID)
+		Expect(err).NotTo(HaveOccurred())
+		crt.Status.Conditions = append(crt.Status.Conditions, certmanagerv1.CertificateCondition{
+			Type: certmanagerv1.CertificateConditionIssuing, Status: cmmeta.ConditionTrue, Reason: "ManuallyTriggered",
+		})
+		Expect(kcp.Client.Status().Update(ctx, crt)).To(Succeed())
+
+		Eventually(func() ([]byte, error) {
+			s := &corev1.Secret{}
+			err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, s)
+			return s.Data[bundle.KeyCert], err
+		}).ShouldNot(Equal(old.Data[bundle.KeyCert]))
+		kcpSecret := &corev1.Secret{}
+		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, kcpSecret)).To(Succeed())
+		Eventually(func() ([]byte, error) {
+			s := &corev1.Secret{}
+			err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, s)
+			return s.Data[bundle.KeyKey], err
+		}).Should(Equal(kcpSecret.Data[bundle.KeyKey]))
+	})
+
+	It("reports an unreachable runtime in the Kyma's Events without blocking the others", func(ctx SpecContext) {
+		// A kubeconfig pointing at a port nothing listens on.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		addr := l.Addr().String()
+		Expect(l.Close()).To(Succeed())
+		cfg, err := clientcmd.Load(kubeconfigOf(skr))
+		Expect(err).NotTo(HaveOccurred())
+		for _, c := range cfg.Clusters {
+			c.Server = "https://" + addr
+		}
+		dead, err := clientcmd.Write(*cfg)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcp.Client.Create(ctx, kubeconfigSecret("runtime-dead", dead))).To(Succeed())
+		Expect(kcp.Client.Create(ctx, newKyma("runtime-dead", "", "runtime-dead.skr.example.com"))).To(Succeed())
+		Eventually(kymaEvents(ctx, "runtime-dead")).Should(ContainElement("Warning/" + runtimes.ReasonUnreachable))
+
+		By("still updating the reachable runtime")
+		w := newWatcher(watcherNS, "while-dead", "while-dead-operator", map[string]string{"x": "y"})
+		Expect(kcp.Client.Create(ctx, w)).To(Succeed())
+		Eventually(webhookNames(ctx)).Should(ContainElement(watcherNS + ".while-dead.operator.kyma-project.io"))
+
+		By("deleting the dead runtime: without its kubeconfig the bundle is left in place")
+		Expect(kcp.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: runtimes.KubeconfigSecretName("runtime-dead")}})).To(Succeed())
+		dk := newKyma("runtime-dead", "", "")
+		Expect(kcp.Client.Delete(ctx, dk)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKeyFromObject(dk), dk)) }).Should(BeTrue())
+		Eventually(func() bool {
+			_, err := certificateOf(ctx, "runtime-dead")
+			return apierrors.IsNotFound(err)
+		}).Should(BeTrue())
+	})
+
+	It("refuses a kubeconfig that would run a command in the controller", func(ctx SpecContext) {
+		cfg, err := clientcmd.Load(kubeconfigOf(skr))
+		Expect(err).NotTo(HaveOccurred())
+		for _, a := range cfg.AuthInfos {
+			a.Exec = &clientcmdapi.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh", InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
+		}
+		evil, err := clientcmd.Write(*cfg)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcp.Client.Create(ctx, kubeconfigSecret("runtime-exec", evil))).To(Succeed())
+		Expect(kcp.Client.Create(ctx, newKyma("runtime-exec", "", "runtime-exec.skr.example.com"))).To(Succeed())
+		Eventually(kymaEvents(ctx, "runtime-exec")).Should(ContainElement("Warning/" + runtimes.ReasonInvalidKubeconfig))
+
+		By("deleting that Kyma all the same")
+		k := newKyma("runtime-exec", "", "")
+		Expect(kcp.Client.Delete(ctx, k)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)) }).Should(BeTrue())
+	})
+
+	It("removes the bundle and the Certificate when the Kyma is deleted", func(ctx SpecContext) {
+		kyma := newKyma(kymaName, "", "")
+		Expect(kcp.Client.Delete(ctx, kyma)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKeyFromObject(kyma), kyma)) }).Should(BeTrue())
+
+		notFound := func(obj client.Object, ns, name string) func() bool {
+			return func() bool { return apierrors.IsNotFound(skrGet(ctx, obj, ns, name)()) }
+		}
+		Expect(notFound(&admissionregistrationv1.ValidatingWebhookConfiguration{}, "", bundle.Name)()).To(BeTrue())
+		Expect(notFound(&appsv1.Deployment{}, bundle.DefaultNamespace, bundle.Name)()).To(BeTrue())
+		Expect(notFound(&corev1.Service{}, bundle.DefaultNamespace, bundle.Name)()).To(BeTrue())
+		Expect(notFound(&corev1.Secret{}, bundle.DefaultNamespace, bundle.SecretName)()).To(BeTrue())
+		Expect(skrGet(ctx, &corev1.Namespace{}, "", bundle.DefaultNamespace)()).To(Succeed(), "the shared namespace stays")
+
+		_, err := certificateOf(ctx, runtimeID)
+		Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		err = kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, &corev1.Secret{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	})
+})

@@ -1,0 +1,91 @@
+// Command vs-controller is Runtime Watcher's KCP controller
+// (ARCHITECTURE.md §3.2, §3.5): it keeps one Istio VirtualService per Watcher
+// CR, and for every runtime (Kyma CR) a cert-manager Certificate and the SKR
+// bundle (skr-webhook Deployment, Service, Secret and the
+// ValidatingWebhookConfiguration built from all Watchers) in the runtime's
+// cluster.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+)
+
+func main() {
+	var (
+		o                controllers.Options
+		issuerName, kind string
+		extraDNS         string
+		qps              float64
+		burst            int
+	)
+	// --kubeconfig is registered by controller-runtime (pkg/client/config).
+	fs := flag.CommandLine
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the /metrics endpoint; \"0\" disables it")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "use leader election (one active replica)")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&o.GatewayNamespace, "gateway-namespace", routing.DefaultGatewayNamespace, "namespace of the Istio Gateways that Watchers select")
+	fs.StringVar(&o.KymaNamespace, "kyma-namespace", runtimes.DefaultKymaNamespace, "namespace of the Kyma CRs, their kubeconfig Secrets and Certificates")
+	fs.StringVar(&o.Bundle.Namespace, "skr-namespace", bundle.DefaultNamespace, "namespace of the skr-webhook in every runtime")
+	fs.StringVar(&issuerName, "issuer-name", "", "cert-manager issuer that signs the runtimes' certificates (required)")
+	fs.StringVar(&kind, "issuer-kind", "Issuer", "kind of that issuer: Issuer (in --kyma-namespace) or ClusterIssuer")
+	fs.StringVar(&o.Bundle.Image, "skr-webhook-image", "", "skr-webhook image (default: the image in manifests/skr)")
+	fs.StringVar(&o.Bundle.KCPAddr, "kcp-gateway-host", "", "KCP gateway host the SKR webhooks post events to (their --kcp-addr; required)")
+	fs.StringVar(&o.Bundle.WebhookURL, "skr-webhook-url", "", "LOCAL/TESTING AID: base URL (e.g. https://localhost:18443) the SKR API server calls instead of the skr-webhook Service")
+	fs.StringVar(&extraDNS, "skr-webhook-extra-dns-names", "", "LOCAL/TESTING AID: comma-separated DNS names (e.g. localhost) added to every runtime certificate")
+	fs.DurationVar(&o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
+	fs.DurationVar(&o.Resync, "skr-resync", 10*time.Minute, "how often a runtime's bundle is re-checked (reads only) to repair drift")
+	fs.DurationVar(&o.WatcherDebounce, "watcher-debounce", time.Second, "delay before a Watcher change re-reconciles every runtime (batches bursts)")
+	fs.IntVar(&o.RuntimeWorkers, "runtime-workers", 8, "runtimes reconciled in parallel")
+	fs.IntVar(&o.WatcherWorkers, "watcher-workers", 4, "Watchers reconciled in parallel")
+	fs.Float64Var(&qps, "kube-api-qps", 50, "KCP client queries per second")
+	fs.IntVar(&burst, "kube-api-burst", 100, "KCP client burst")
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	log := ctrl.Log.WithName("vs-controller")
+
+	if issuerName == "" || o.Bundle.KCPAddr == "" {
+		fmt.Fprintln(os.Stderr, "--issuer-name and --kcp-gateway-host are required")
+		os.Exit(2)
+	}
+	if kind != "Issuer" && kind != "ClusterIssuer" {
+		fmt.Fprintln(os.Stderr, "--issuer-kind must be Issuer or ClusterIssuer")
+		os.Exit(2)
+	}
+	o.Issuer = cmmeta.IssuerReference{Name: issuerName, Kind: kind, Group: "cert-manager.io"}
+	for _, n := range strings.Split(extraDNS, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.ExtraDNSNames = append(o.ExtraDNSNames, n)
+		}
+	}
+
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "vs-controller"
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := controllers.New(ctx, cfg, o)
+	if err != nil {
+		log.Error(err, "set up manager")
+		os.Exit(1)
+	}
+	log.Info("starting", "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
