@@ -1,29 +1,46 @@
-// Command run is what `make run` starts: the local Runtime Watcher
-// environment (ARCHITECTURE.md §4). It starts a KCP and an SKR API server
-// (real kube-apiserver and etcd built from source) with every CRD installed,
-// prints how to reach each with kubectl, and stops everything on Ctrl-C,
-// removing its temporary files.
+// Command run is what `make run` starts: the whole of Runtime Watcher on
+// this machine (see test/localenv). Once it is up, it changes a watched Kyma
+// in the SKR every few seconds and prints, for each change, what the example
+// operator in the KCP received and how long it took from the SKR write to the
+// operator. Ctrl-C stops everything and removes the temporary files.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 func main() {
-	if err := run(); err != nil {
+	interval := flag.Duration("interval", 3*time.Second, "how often the demo changes the watched Kyma in the SKR")
+	flag.Parse()
+	if err := run(*interval); err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// demoKyma is the SKR object the demo changes.
+var demoKyma = client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "default"}
+
+func run(interval time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -33,28 +50,116 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 
-	fmt.Println("Starting the KCP and SKR API servers (real kube-apiserver + etcd)...")
-	env, err := testenv.StartInDir(dir, "kcp", "skr")
+	// This program's own logs (API server start-up, the in-process
+	// stand-ins) go to a file beside the processes' logs.
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "logs", "make-run.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	log := zap.New(zap.WriteTo(logFile))
+	ctrl.SetLogger(log)
+
+	began := time.Now()
+	fmt.Println("Runtime Watcher — local environment (no containers: real API servers, real binaries, stand-ins for Envoy and cert-manager)")
+	fmt.Println("Starting:")
+	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Progress: os.Stdout, Log: log})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		fmt.Println("Stopping the API servers and removing", dir)
-		if err := env.Stop(); err != nil {
+		fmt.Println("\nStopping every process and API server, removing", dir)
+		if err := sys.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop:", err)
 		}
 	}()
+	fmt.Printf("Up in %s.\n\n", time.Since(began).Round(100*time.Millisecond))
+	explain(sys)
 
+	writes := time.NewTicker(interval)
+	defer writes.Stop()
+	var pending time.Time // when the demo's last unanswered write happened
+	n := 0
+	if pending, err = changeKyma(ctx, sys, 0); err != nil {
+		return err
+	}
+	firstAt := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-writes.C:
+			n++
+			if pending, err = changeKyma(ctx, sys, n); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				fmt.Fprintln(os.Stderr, "  ! SKR write failed:", err)
+			}
+		case ev := <-sys.Events:
+			latency := "(a write not made by this demo)"
+			if !pending.IsZero() && !ev.Time.Before(pending) {
+				latency = fmt.Sprintf("SKR write → operator: %s", ev.Time.Sub(pending).Round(100*time.Microsecond))
+				pending = time.Time{}
+			}
+			if firstAt.IsZero() {
+				firstAt = ev.Time
+				fmt.Printf("  (first event %s after `make run` started)\n", firstAt.Sub(began).Round(100*time.Millisecond))
+			}
+			fmt.Printf("  %s  operator received: runtime %q, %s %s/%s (%s/%s)  %s\n",
+				ev.Time.Format("15:04:05.000"), ev.RuntimeID, ev.GVK.Kind, ev.Watched.Namespace, ev.Watched.Name,
+				ev.GVK.Group, ev.GVK.Version, latency)
+		}
+	}
+}
+
+func explain(sys *localenv.System) {
 	assets, _ := testenv.AssetsDir()
 	kubectl := filepath.Join(assets, "kubectl")
-	fmt.Println()
-	for _, name := range []string{"kcp", "skr"} {
-		c := env.Cluster(name)
-		fmt.Printf("%s cluster: %s\n  kubeconfig: %s\n  try:        %s --kubeconfig %s get crds\n\n",
-			name, c.Config.Host, c.KubeconfigPath, kubectl, c.KubeconfigPath)
+	fmt.Printf(`What you see below: every few seconds this program changes spec.data of the Kyma %s in the
+SKR. The SKR API server calls the skr-webhook (ValidatingWebhookConfiguration from vs-controller),
+which answers at once and posts the event over mTLS to the KCP gateway; ext-authz checks that the
+client certificate's SAN is the skr-domain of Kyma %s/%s (SAN pinning); the VirtualService that
+vs-controller made routes it to the example operator, which prints what it received.
+
+Make your own changes (label %s=%s selects what is watched):
+  %s --kubeconfig %s -n %s edit kymas.operator.kyma-project.io %s
+  %s --kubeconfig %s get watchers,virtualservices,certificates -A
+Logs of every process: %s
+Ctrl-C stops everything.
+
+`, demoKyma, localenv.KymaNamespace, localenv.RuntimeID, localenv.WatchedLabel, localenv.Manager,
+		kubectl, sys.SKR.KubeconfigPath, demoKyma.Namespace, demoKyma.Name,
+		kubectl, sys.KCP.KubeconfigPath, filepath.Join(sys.Dir, "logs"))
+}
+
+// changeKyma creates the demo Kyma (n = 0) or changes its spec, and returns
+// when the write happened.
+func changeKyma(ctx context.Context, sys *localenv.System, n int) (time.Time, error) {
+	c := sys.SKR.Client
+	if n == 0 {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoKyma.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return time.Time{}, err
+		}
+		kyma := &unstructured.Unstructured{}
+		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+		kyma.SetNamespace(demoKyma.Namespace)
+		kyma.SetName(demoKyma.Name)
+		kyma.SetLabels(map[string]string{localenv.WatchedLabel: localenv.Manager})
+		_ = unstructured.SetNestedField(kyma.Object, "0", "spec", "data")
+		at := time.Now()
+		fmt.Printf("  %s  SKR: created Kyma %s\n", at.Format("15:04:05.000"), demoKyma)
+		return at, c.Create(ctx, kyma)
 	}
-	fmt.Println("Both clusters have the Watcher, Kyma (stand-in), Istio and cert-manager CRDs installed.")
-	fmt.Println("Press Ctrl-C to stop.")
-	<-ctx.Done()
-	return nil
+	patch := []byte(fmt.Sprintf(`{"spec":{"data":"%d"}}`, n))
+	kyma := &unstructured.Unstructured{}
+	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	kyma.SetNamespace(demoKyma.Namespace)
+	kyma.SetName(demoKyma.Name)
+	at := time.Now()
+	fmt.Printf("  %s  SKR: set spec.data=%d on Kyma %s\n", at.Format("15:04:05.000"), n, demoKyma)
+	return at, c.Patch(ctx, kyma, client.RawPatch("application/merge-patch+json", patch))
 }

@@ -1,0 +1,58 @@
+// Package e2e holds the end-to-end suite: the user journeys of ARCHITECTURE.md
+// run against a whole system. The specs are written once against
+// Environment; E2E_ENV selects the implementation: "local" (default, the
+// real binaries and API servers of test/localenv) or "kind" (real Istio and
+// cert-manager on kind, set up by test/kind/e2e.sh).
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+)
+
+// Event is one event as the example operator reported receiving it.
+type Event struct {
+	Time      time.Time
+	RuntimeID string
+	Namespace string
+	Name      string
+	Kind      string
+}
+
+// Names are the sample objects the environment created.
+type Names struct {
+	KymaNamespace string // KCP namespace of Kyma CRs, Watchers, Certificates
+	RuntimeID     string // the sample runtime (Kyma name in the KCP)
+	SKRDomain     string // its skr-domain annotation
+	Manager       string // the example operator's manager name
+	WatcherName   string // the sample Watcher (in KymaNamespace)
+	SKRNamespace  string // where the skr-webhook objects live in the SKR
+	WatchedLabel  string // label key the sample Watcher selects (value: Manager)
+	GatewayNS     string // namespace of the Istio Gateway
+}
+
+// Environment is a running Runtime Watcher system with one runtime.
+type Environment interface {
+	Names() Names
+	KCP() client.Client
+	SKR() client.Client
+	// Events is every event the example operator received, in order.
+	Events() <-chan Event
+	// GatewayURL is the base URL SKRs post events to (https://host:port).
+	GatewayURL() string
+	// HTTPClient reaches GatewayURL, trusts the gateway and presents cert
+	// (nil: none).
+	HTTPClient(cert *tls.Certificate) *http.Client
+	// IssueClientCert signs a certificate with the CA the gateway trusts,
+	// for requests that must fail SAN pinning.
+	IssueClientCert(o pki.LeafOptions) (tls.Certificate, error)
+	// SetGatewayUp takes the KCP gateway down or brings it back.
+	SetGatewayUp(ctx context.Context, up bool) error
+	Stop() error
+}

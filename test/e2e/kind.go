@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// kindEnvironment is a system that test/kind/e2e.sh deployed on kind with
+// real Istio and cert-manager. It is configured by environment variables
+// (the script sets them; defaults match manifests/samples):
+//
+//	KCP_KUBECONFIG, SKR_KUBECONFIG  kubeconfig files of the two clusters
+//	GATEWAY_ADDR                    host:port where this machine reaches the ingress gateway
+//	GATEWAY_HOST                    the Gateway's host name (SNI and Host header)
+//	CA_SECRET                       namespace/name of the Secret of the CA that signs runtime certificates
+//	OPERATOR_NAMESPACE, OPERATOR_SELECTOR  where the example operator's pod logs are read
+//	INGRESS_NAMESPACE, INGRESS_DEPLOYMENT  the Istio ingress gateway Deployment (scaled for outages)
+type kindEnvironment struct {
+	kcp, skr   client.Client
+	kcpClients *kubernetes.Clientset
+	events     chan Event
+	ca         *pki.CA
+	cancel     context.CancelFunc
+	gatewayAdr string
+	gatewayHst string
+	ingressNS  string
+	ingressDep string
+}
+
+func getenv(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// ConnectKind connects to the system on kind described by the environment.
+func ConnectKind(ctx context.Context, log logr.Logger) (Environment, error) {
+	kcpCfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KCP_KUBECONFIG"))
+	if err != nil {
+		return nil, fmt.Errorf("KCP_KUBECONFIG: %w", err)
+	}
+	skrCfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("SKR_KUBECONFIG"))
+	if err != nil {
+		return nil, fmt.Errorf("SKR_KUBECONFIG: %w", err)
+	}
+	e := &kindEnvironment{
+		events:     make(chan Event, 4096),
+		gatewayAdr: getenv("GATEWAY_ADDR", "localhost:30443"),
+		gatewayHst: getenv("GATEWAY_HOST", "watcher.kcp.local"),
+		ingressNS:  getenv("INGRESS_NAMESPACE", "istio-system"),
+		ingressDep: getenv("INGRESS_DEPLOYMENT", "istio-ingressgateway"),
+	}
+	if e.kcp, err = client.New(kcpCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return nil, err
+	}
+	if e.skr, err = client.New(skrCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return nil, err
+	}
+	if e.kcpClients, err = kubernetes.NewForConfig(kcpCfg); err != nil {
+		return nil, err
+	}
+	if e.ca, err = e.loadCA(ctx, getenv("CA_SECRET", "cert-manager/runtime-watcher-ca")); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	go e.followOperator(lctx, log, getenv("OPERATOR_NAMESPACE", localenv.KymaNamespace), getenv("OPERATOR_SELECTOR", "app.kubernetes.io/name=example-operator"))
+	return e, nil
+}
+
+func (e *kindEnvironment) loadCA(ctx context.Context, ref string) (*pki.CA, error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return nil, fmt.Errorf("CA_SECRET %q: want namespace/name", ref)
+	}
+	var s corev1.Secret
+	if err := e.kcp.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		return nil, fmt.Errorf("CA Secret %s: %w", ref, err)
+	}
+	certBlock, _ := pem.Decode(s.Data["tls.crt"])
+	keyBlock, _ := pem.Decode(s.Data["tls.key"])
+	if certBlock == nil || keyBlock == nil {
+		return nil, fmt.Errorf("CA Secret %s has no PEM tls.crt/tls.key", ref)
+	}
+	cert, err := x509.ParseCertificate(certBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	var key *ecdsa.PrivateKey
+	if k, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes); err == nil {
+		key, _ = k.(*ecdsa.PrivateKey)
+	} else if key, err = x509.ParseECPrivateKey(keyBlock.Bytes); err != nil {
+		return nil, fmt.Errorf("CA key in %s: want ECDSA: %w", ref, err)
+	}
+	if key == nil {
+		return nil, fmt.Errorf("CA key in %s is not ECDSA", ref)
+	}
+	return &pki.CA{Cert: cert, Key: key, PEM: s.Data["tls.crt"]}, nil
+}
+
+// followOperator streams the example operator's logs (its JSON event
+// lines), reconnecting when the stream ends.
+func (e *kindEnvironment) followOperator(ctx context.Context, log logr.Logger, ns, selector string) {
+	since := metav1.Now()
+	for ctx.Err() == nil {
+		pods, err := e.kcpClients.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil || len(pods.Items) == 0 {
+			log.Info("waiting for the example operator pod", "namespace", ns, "selector", selector, "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+			continue
+		}
+		stream, err := e.kcpClients.CoreV1().Pods(ns).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(stream)
+		for sc.Scan() {
+			var ev localenv.ReceivedEvent
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.RuntimeID == "" {
+				continue
+			}
+			e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind}
+		}
+		_ = stream.Close()
+		since = metav1.Now()
+	}
+}
+
+func (e *kindEnvironment) Names() Names {
+	return Names{
+		KymaNamespace: getenv("KYMA_NAMESPACE", localenv.KymaNamespace), RuntimeID: getenv("RUNTIME_ID", localenv.RuntimeID),
+		SKRDomain: getenv("SKR_DOMAIN", localenv.SKRDomain), Manager: getenv("MANAGER", localenv.Manager),
+		WatcherName: getenv("WATCHER_NAME", localenv.WatcherName), SKRNamespace: getenv("SKR_NAMESPACE", localenv.SKRNamespace),
+		WatchedLabel: localenv.WatchedLabel, GatewayNS: e.ingressNS,
+	}
+}
+func (e *kindEnvironment) KCP() client.Client   { return e.kcp }
+func (e *kindEnvironment) SKR() client.Client   { return e.skr }
+func (e *kindEnvironment) Events() <-chan Event { return e.events }
+func (e *kindEnvironment) GatewayURL() string   { return "https://" + e.gatewayHst }
+
+// HTTPClient dials GATEWAY_ADDR for the gateway's host name.
+func (e *kindEnvironment) HTTPClient(cert *tls.Certificate) *http.Client {
+	c := &tls.Config{RootCAs: e.ca.Pool(), ServerName: e.gatewayHst, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		c.Certificates = []tls.Certificate{*cert}
+	}
+	var d net.Dialer
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: c,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, e.gatewayAdr)
+		},
+	}}
+}
+
+func (e *kindEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, error) {
+	leaf, err := e.ca.Issue(o)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return leaf.TLS()
+}
+
+// SetGatewayUp scales the ingress gateway to 0 or 1 replicas and waits.
+func (e *kindEnvironment) SetGatewayUp(ctx context.Context, up bool) error {
+	var replicas int32
+	if up {
+		replicas = 1
+	}
+	dep := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: e.ingressNS, Name: e.ingressDep}
+	if err := e.kcp.Get(ctx, key, dep); err != nil {
+		return err
+	}
+	dep.Spec.Replicas = &replicas
+	if err := e.kcp.Update(ctx, dep); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if err := e.kcp.Get(ctx, key, dep); err != nil {
+			return err
+		}
+		if dep.Status.ReadyReplicas == replicas && dep.Status.Replicas == replicas {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return errors.New("ingress gateway did not reach the wanted replicas in 3 minutes")
+}
+
+func (e *kindEnvironment) Stop() error {
+	e.cancel()
+	return nil
+}

@@ -1,0 +1,515 @@
+// Package localenv brings up the whole of Runtime Watcher on one machine
+// without containers (ARCHITECTURE.md §4, "Local"): a KCP and an SKR API
+// server (real kube-apiserver and etcd), the project's binaries as real
+// processes — ext-authz, vs-controller, skr-webhook and the example operator
+// — and the stand-ins for what cannot run here:
+//
+//   - cert-manager's controller: test/certmanager signs the Certificates
+//     vs-controller asks for;
+//   - the Istio ingress gateway (Envoy): test/gateway terminates mTLS, sets
+//     XFCC, calls ext-authz and routes by the VirtualServices;
+//   - the kubelet's Secret volume: the SKR's skr-webhook-tls Secret is
+//     mirrored into the files the skr-webhook reads, as a mounted Secret
+//     would be.
+//
+// `make run` and the e2e suite both use it.
+package localenv
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
+	istioapinetworking "istio.io/api/networking/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
+	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// The sample system: one runtime, one Watcher, one operator.
+const (
+	KymaNamespace    = "kcp-system"
+	GatewayNamespace = "istio-system"
+	GatewayName      = "kcp-gateway"
+	SKRNamespace     = "kyma-system"
+	IssuerName       = "runtime-watcher-ca"
+	Manager          = "example-operator"
+	WatcherName      = "example-operator"
+	RuntimeID        = "runtime-1"
+	SKRDomain        = "skr-1.local.example.com"
+	// WatchedLabel marks the SKR objects the sample Watcher selects.
+	WatchedLabel = "operator.kyma-project.io/watched-by"
+	// OperatorService is the in-cluster name of the operator's listener,
+	// as the Watcher's serviceInfo names it.
+	OperatorService = "example-operator"
+	OperatorPort    = 8082
+	// GatewayHost is the KCP gateway's host name (its Gateway server host).
+	GatewayHost = "localhost"
+)
+
+// ReceivedEvent is one line of the example operator's JSON output: what it
+// received and when.
+type ReceivedEvent struct {
+	Time      time.Time `json:"time"`
+	RuntimeID string    `json:"runtimeID"`
+	Watched   struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"watched"`
+	GVK struct {
+		Group   string `json:"group"`
+		Version string `json:"version"`
+		Kind    string `json:"kind"`
+	} `json:"gvk"`
+}
+
+// Options of Start.
+type Options struct {
+	// Dir holds kubeconfigs, certificate files and logs; it must exist.
+	Dir string
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+	Log      logr.Logger
+}
+
+// System is the running local environment.
+type System struct {
+	Env      *testenv.Env
+	KCP, SKR *testenv.Cluster
+	CA       *pki.CA
+	Dir      string
+	// GatewayAddr is host:port of the gateway stand-in (what SKRs post to).
+	GatewayAddr string
+	// Events carries every event the operator reported, in order.
+	Events <-chan ReceivedEvent
+
+	opts        Options
+	runCtx      context.Context // lives until Stop
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	procs       []*process
+	gatewayPort int
+	gwMu        sync.Mutex
+	gwStop      context.CancelFunc
+	gw          *gateway.Gateway
+	certDir     string
+}
+
+func (s *System) step(format string, args ...any) {
+	if s.opts.Progress != nil {
+		fmt.Fprintf(s.opts.Progress, "  • "+format+"\n", args...)
+	}
+}
+
+// Start brings the system up: it returns once an SKR write can reach the
+// operator. Stop undoes everything Start did, also after a failed Start.
+func Start(ctx context.Context, o Options) (s *System, err error) {
+	runCtx, cancel := context.WithCancel(context.Background())
+	s = &System{opts: o, Dir: o.Dir, runCtx: runCtx, cancel: cancel, certDir: filepath.Join(o.Dir, "skr-webhook-tls")}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+			s = nil
+		}
+	}()
+
+	binaries := map[string]string{}
+	for _, b := range []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example"} {
+		path, err := testenv.BuildBinary(b)
+		if err != nil {
+			return s, err
+		}
+		binaries[b] = path
+	}
+	s.step("binaries built: ext-authz, vs-controller, skr-webhook, example operator")
+
+	if s.Env, err = testenv.StartInDir(o.Dir, "kcp", "skr"); err != nil {
+		return s, err
+	}
+	s.KCP, s.SKR = s.Env.Cluster("kcp"), s.Env.Cluster("skr")
+	s.step("KCP API server %s and SKR API server %s are up", s.KCP.Config.Host, s.SKR.Config.Host)
+
+	for _, ns := range []string{KymaNamespace, GatewayNamespace} {
+		if err := s.KCP.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return s, err
+		}
+	}
+
+	// cert-manager stand-in with its CA, and an Issuer object as a real
+	// KCP has one (manifests/kcp).
+	if s.CA, err = pki.NewCA("runtime-watcher-ca"); err != nil {
+		return s, err
+	}
+	cm, err := certmanager.NewManager(s.KCP.Config, s.CA, KymaNamespace)
+	if err != nil {
+		return s, err
+	}
+	s.goRun(func() error { return cm.Start(runCtx) })
+	issuer := &certmanagerv1.Issuer{ObjectMeta: metav1.ObjectMeta{Name: IssuerName, Namespace: KymaNamespace}}
+	issuer.Spec.CA = &certmanagerv1.CAIssuer{SecretName: IssuerName}
+	if err := s.KCP.Client.Create(ctx, issuer); err != nil {
+		return s, err
+	}
+	s.step("cert-manager stand-in signs Certificates in %s with its CA", KymaNamespace)
+
+	ports, err := freePorts(11)
+	if err != nil {
+		return s, err
+	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	authzGRPC, authzHealth := addr(0), addr(1)
+	opListen, opHealth := addr(2), addr(3)
+	vsHealth := addr(4)
+	s.gatewayPort = ports[5]
+	webhookListen, webhookHealth := addr(6), addr(7)
+	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
+	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
+
+	kcpEnv := []string{"KUBECONFIG=" + s.KCP.KubeconfigPath}
+	p, err := s.start("ext-authz", binaries["ext-authz"], nil, kcpEnv,
+		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-addr", authzHealth,
+		"--metrics-addr", authzMetrics, "--kyma-namespace", KymaNamespace)
+	if err != nil {
+		return s, err
+	}
+	if err := p.waitReady(ctx, "http://"+authzHealth+"/readyz", time.Minute); err != nil {
+		return s, err
+	}
+	s.step("ext-authz ready (gRPC %s, metrics http://%s/metrics)", authzGRPC, authzMetrics)
+
+	events := make(chan ReceivedEvent, 4096)
+	s.Events = events
+	pr, pw := io.Pipe()
+	s.goRun(func() error { return readEvents(pr, events) })
+	p, err = s.start("example-operator", binaries["listener/example"], pw, kcpEnv,
+		"--listen-addr", opListen, "--manager", Manager, "--kyma-namespace", KymaNamespace,
+		"--health-addr", opHealth, "--metrics-addr", opMetrics, "--print", "json")
+	if err != nil {
+		return s, err
+	}
+	if err := p.waitReady(ctx, "http://"+opHealth+"/readyz", time.Minute); err != nil {
+		return s, err
+	}
+	s.step("example operator listening on %s for POST %s", opListen, contract.EventPath(Manager))
+
+	if err := s.startGateway(runCtx, authzGRPC, map[string]string{
+		fmt.Sprintf("%s.%s.svc.cluster.local:%d", OperatorService, KymaNamespace, OperatorPort): opListen,
+	}); err != nil {
+		return s, err
+	}
+	s.step("gateway stand-in (Istio ingress, mTLS + ext_authz) on %s", s.GatewayAddr)
+
+	p, err = s.start("vs-controller", binaries["vs-controller"], nil, kcpEnv,
+		"--kubeconfig", s.KCP.KubeconfigPath,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", vsHealth,
+		"--kyma-namespace", KymaNamespace, "--gateway-namespace", GatewayNamespace, "--skr-namespace", SKRNamespace,
+		"--issuer-name", IssuerName, "--issuer-kind", "Issuer",
+		"--kcp-gateway-host", s.GatewayAddr,
+		"--skr-webhook-url", "https://localhost:"+strconv.Itoa(ports[6]),
+		"--skr-webhook-extra-dns-names", "localhost",
+		"--watcher-debounce", "100ms")
+	if err != nil {
+		return s, err
+	}
+	if err := p.waitReady(ctx, "http://"+vsHealth+"/readyz", time.Minute); err != nil {
+		return s, err
+	}
+	s.step("vs-controller ready")
+
+	if err := s.applySamples(ctx); err != nil {
+		return s, err
+	}
+	s.step("created Gateway %s/%s, Watcher %s/%s, Kyma %s/%s (skr-domain %s) and its kubeconfig Secret",
+		GatewayNamespace, GatewayName, KymaNamespace, WatcherName, KymaNamespace, RuntimeID, SKRDomain)
+
+	if err := s.mirrorWebhookSecret(ctx, runCtx); err != nil {
+		return s, err
+	}
+	s.step("vs-controller obtained the runtime certificate and applied the webhook bundle to the SKR")
+
+	caFile := filepath.Join(s.certDir, "ca.crt")
+	p, err = s.start("skr-webhook", binaries["skr-webhook"], nil, nil,
+		"--listen-addr", webhookListen, "--health-addr", webhookHealth, "--metrics-addr", webhookMetrics,
+		"--tls-cert-file", filepath.Join(s.certDir, "tls.crt"), "--tls-key-file", filepath.Join(s.certDir, "tls.key"),
+		"--ca-file", caFile, "--kcp-addr", s.GatewayAddr, "--drain-timeout", "2s")
+	if err != nil {
+		return s, err
+	}
+	if err := p.waitReady(ctx, "http://"+webhookHealth+"/readyz", time.Minute); err != nil {
+		return s, err
+	}
+	s.step("skr-webhook serving the SKR API server on %s, delivering to %s", webhookListen, s.GatewayAddr)
+	return s, nil
+}
+
+func (s *System) start(name, binary string, stdout io.Writer, env []string, args ...string) (*process, error) {
+	p, err := startProcess(s.Dir, name, binary, stdout, env, args...)
+	if err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, p)
+	return p, nil
+}
+
+func (s *System) goRun(f func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
+			s.opts.Log.Error(err, "background part of the local environment stopped")
+		}
+	}()
+}
+
+// readEvents parses the operator's JSON lines until r closes.
+func readEvents(r io.Reader, out chan<- ReceivedEvent) error {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var ev ReceivedEvent
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.RuntimeID == "" {
+			continue // not an event line
+		}
+		select {
+		case out <- ev:
+		default: // a consumer that stopped reading must not stall the operator
+		}
+	}
+	return sc.Err()
+}
+
+// startGateway serves the gateway stand-in on the fixed gateway port.
+func (s *System) startGateway(ctx context.Context, authzAddr string, upstreams map[string]string) error {
+	serverLeaf, err := s.CA.Issue(pki.LeafOptions{CommonName: GatewayHost, DNSNames: []string{GatewayHost}})
+	if err != nil {
+		return err
+	}
+	serverCert, err := serverLeaf.TLS()
+	if err != nil {
+		return err
+	}
+	vsCache, err := cache.New(s.KCP.Config, cache.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		return err
+	}
+	if _, err := vsCache.GetInformer(ctx, &istionetworkingv1.VirtualService{}); err != nil {
+		return err
+	}
+	s.goRun(func() error { return vsCache.Start(ctx) })
+	if !vsCache.WaitForCacheSync(ctx) {
+		return errors.New("gateway stand-in: VirtualService cache did not sync")
+	}
+	s.gw, err = gateway.New(gateway.Config{
+		ServerCert: serverCert, ClientCAs: s.CA.Pool(), AuthzAddr: authzAddr, AuthzTimeout: time.Second,
+		Gateway: GatewayNamespace + "/" + GatewayName, VirtualServices: vsCache, Upstreams: upstreams,
+		Log: s.opts.Log.WithName("gateway"),
+	})
+	if err != nil {
+		return err
+	}
+	s.goRun(func() error {
+		<-ctx.Done()
+		return s.gw.Close()
+	})
+	return s.SetGatewayUp(true)
+}
+
+// SetGatewayUp starts or stops the gateway's listener (KCP gateway outage).
+// A started gateway serves until it is stopped or the system stops.
+func (s *System) SetGatewayUp(up bool) error {
+	s.gwMu.Lock()
+	defer s.gwMu.Unlock()
+	if !up {
+		if s.gwStop != nil {
+			s.gwStop()
+			s.gwStop = nil
+		}
+		return nil
+	}
+	if s.gwStop != nil {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.gatewayPort)))
+	if err != nil {
+		return err
+	}
+	gctx, stop := context.WithCancel(s.runCtx)
+	s.gwStop = stop
+	go func() { _ = s.gw.Serve(gctx, l) }()
+	return nil
+}
+
+// GatewayTLS returns a client TLS config that trusts the gateway, with the
+// given client certificate (nil for none).
+func (s *System) GatewayTLS(cert *tls.Certificate) *tls.Config {
+	c := &tls.Config{RootCAs: s.CA.Pool(), ServerName: GatewayHost, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		c.Certificates = []tls.Certificate{*cert}
+	}
+	return c
+}
+
+// applySamples creates the Gateway, the Watcher, the Kyma and its kubeconfig
+// Secret in the KCP.
+func (s *System) applySamples(ctx context.Context) error {
+	c := s.KCP.Client
+	gw := &istionetworkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{
+		Name: GatewayName, Namespace: GatewayNamespace,
+		Labels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
+	}}
+	gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
+	gw.Spec.Servers = []*istioapinetworking.Server{{
+		Port:  &istioapinetworking.Port{Number: 443, Name: "https", Protocol: "HTTPS"},
+		Hosts: []string{GatewayHost},
+		Tls:   &istioapinetworking.ServerTLSSettings{Mode: istioapinetworking.ServerTLSSettings_MUTUAL, CredentialName: "kcp-gateway-tls"},
+	}}
+	if err := c.Create(ctx, gw); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, SampleWatcher()); err != nil {
+		return err
+	}
+	kubeconfig, err := os.ReadFile(s.SKR.KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeconfig-" + RuntimeID, Namespace: KymaNamespace},
+		Data:       map[string][]byte{"config": kubeconfig},
+	}); err != nil {
+		return err
+	}
+	kyma := &unstructured.Unstructured{}
+	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	kyma.SetNamespace(KymaNamespace)
+	kyma.SetName(RuntimeID)
+	kyma.SetLabels(map[string]string{contract.LabelRuntimeID: RuntimeID})
+	kyma.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: SKRDomain})
+	if err := unstructured.SetNestedField(kyma.Object, "regular", "spec", "channel"); err != nil {
+		return err
+	}
+	return c.Create(ctx, kyma)
+}
+
+// SampleWatcher is the Watcher of the example operator: Kyma CRs in every
+// SKR with the watched-by label, spec changes, through the default gateway.
+func SampleWatcher() *v1beta2.Watcher {
+	return &v1beta2.Watcher{
+		ObjectMeta: metav1.ObjectMeta{Name: WatcherName, Namespace: KymaNamespace},
+		Spec: v1beta2.WatcherSpec{
+			ServiceInfo:     v1beta2.Service{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort},
+			Manager:         Manager,
+			LabelsToWatch:   map[string]string{WatchedLabel: Manager},
+			ResourceToWatch: v1beta2.WatchableGVR{Group: v1beta2.GroupVersion.Group, Version: "*", Resource: "kymas"},
+			Field:           v1beta2.SpecField,
+			Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
+				MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
+			}},
+		},
+	}
+}
+
+// mirrorWebhookSecret waits for the skr-webhook-tls Secret in the SKR and
+// keeps its keys in files, as the kubelet keeps a mounted Secret.
+func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
+	if err := os.MkdirAll(s.certDir, 0o700); err != nil {
+		return err
+	}
+	key := client.ObjectKey{Namespace: SKRNamespace, Name: "skr-webhook-tls"}
+	written := map[string][]byte{}
+	sync := func(c context.Context) (bool, error) {
+		var sec corev1.Secret
+		if err := s.SKR.Client.Get(c, key, &sec); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+			v := sec.Data[k]
+			if len(v) == 0 {
+				return false, nil
+			}
+			if string(written[k]) == string(v) {
+				continue
+			}
+			tmp := filepath.Join(s.certDir, "."+k)
+			if err := os.WriteFile(tmp, v, 0o600); err != nil {
+				return false, err
+			}
+			if err := os.Rename(tmp, filepath.Join(s.certDir, k)); err != nil {
+				return false, err
+			}
+			written[k] = v
+		}
+		return true, nil
+	}
+	deadline, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := poll(deadline, 100*time.Millisecond, sync); err != nil {
+		return fmt.Errorf("waiting for Secret %s in the SKR (vs-controller log: %s): %w", key, filepath.Join(s.Dir, "logs", "vs-controller.log"), err)
+	}
+	s.goRun(func() error {
+		_ = poll(runCtx, 250*time.Millisecond, func(c context.Context) (bool, error) {
+			_, err := sync(c)
+			return false, err
+		})
+		return nil
+	})
+	return nil
+}
+
+// poll calls f every interval until it reports done, fails, or ctx ends.
+func poll(ctx context.Context, interval time.Duration, f func(context.Context) (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		done, err := f(ctx)
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Stop stops the processes (in reverse order), the stand-ins and the API
+// servers.
+func (s *System) Stop() error {
+	var errs []error
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		if err := s.procs[i].stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.cancel()
+	s.wg.Wait()
+	if s.Env != nil {
+		if err := s.Env.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,127 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is one of the project's binaries running as a real process, its
+// stderr in <dir>/logs/<name>.log.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+	log  string
+}
+
+func startProcess(dir, name, binary string, stdout io.Writer, env []string, args ...string) (*process, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "logs", name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logFile
+	cmd.Stdout = logFile
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	// Not in the terminal's process group: Ctrl-C reaches `make run`, which
+	// then stops the processes in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan error, 1), log: logPath}
+	go func() {
+		err := cmd.Wait()
+		_ = logFile.Close()
+		if c, ok := stdout.(io.Closer); ok {
+			_ = c.Close() // the reader of a pipe sees EOF
+		}
+		p.done <- err
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stop sends SIGTERM and waits up to 10 s, then kills.
+func (p *process) stop() error {
+	if p == nil {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s did not stop within 10s after SIGTERM; killed", p.name)
+	}
+}
+
+// waitReady polls url until it answers 200, the process exits, or timeout.
+func (p *process) waitReady(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, err, p.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s within %s; its log ends:\n%s", p.name, url, timeout, p.logTail())
+		case <-tick.C:
+		}
+	}
+}
+
+// logTail is the end of the process's log, for error messages (the log
+// folder may be gone by the time someone reads them).
+func (p *process) logTail() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
+}
+
+// freePorts asks the kernel for n distinct free loopback ports. Another
+// process could take one before ours binds it; the binaries then fail to
+// start with a clear "address in use" error.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until all are chosen, so they are distinct
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
