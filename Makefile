@@ -91,6 +91,20 @@ $(KUSTOMIZE):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && mv $(BIN)/kustomize $@
 
+##@ Images and clusters
+
+IMAGE_PREFIX   ?= runtime-watcher/
+IMAGE_TAG      ?= dev
+CONTAINER_TOOL ?= docker
+
+.PHONY: images
+images: ## Build one image per binary: $(IMAGE_PREFIX)<binary>:$(IMAGE_TAG) (needs Docker).
+	@for b in $(BINARIES); do \
+	  img="$(IMAGE_PREFIX)$$(basename $$b):$(IMAGE_TAG)"; \
+	  echo "$(CONTAINER_TOOL) build --build-arg BINARY=$$b -t $$img ."; \
+	  $(CONTAINER_TOOL) build --build-arg BINARY=$$b -t "$$img" . ; \
+	done
+
 ##@ End to end
 
 .PHONY: e2e

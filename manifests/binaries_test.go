@@ -1,0 +1,177 @@
+package manifests
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// makefileBinaries is the Makefile's BINARIES: the folders of the main
+// packages that `make build` and `make images` build.
+func makefileBinaries() []string {
+	GinkgoHelper()
+	b, err := os.ReadFile(repoPath("Makefile"))
+	Expect(err).NotTo(HaveOccurred())
+	m := regexp.MustCompile(`(?m)^BINARIES\s*:?=\s*(.+)$`).FindSubmatch(b)
+	Expect(m).NotTo(BeNil(), "the Makefile defines no BINARIES")
+	return strings.Fields(string(m[1]))
+}
+
+// imageBinary maps an image reference to the Makefile binary it runs, by
+// the image's last path element ("runtime-watcher/example:e2e" -> listener/example).
+func imageBinary(binaries []string, image string) (string, bool) {
+	name := image
+	if i := strings.LastIndex(name, "@"); i >= 0 {
+		name = name[:i]
+	}
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	for _, b := range binaries {
+		if path.Base(b) == path.Base(name) {
+			return b, true
+		}
+	}
+	return "", false
+}
+
+// binaryFlags builds a binary and returns the flags its -h output lists.
+func binaryFlags(binary string) map[string]bool {
+	GinkgoHelper()
+	bin, err := testenv.BuildBinary(binary)
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, bin, "-h").CombinedOutput() // -h exits 0 or 2 depending on the flag set
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+--?([A-Za-z0-9][-A-Za-z0-9_.]*)`).FindAllSubmatch(out, -1) {
+		flags[string(m[1])] = true
+	}
+	Expect(flags).NotTo(BeEmpty(), "%s -h listed no flags:\n%s", binary, out)
+	return flags
+}
+
+var _ = Describe("the binaries, the Dockerfile and the images", func() {
+	It("build every Makefile binary from a main package", func() {
+		binaries := makefileBinaries()
+		Expect(binaries).NotTo(BeEmpty())
+		for _, b := range binaries {
+			files, err := filepath.Glob(repoPath(b, "*.go"))
+			Expect(err).NotTo(HaveOccurred())
+			isMain := false
+			for _, f := range files {
+				if strings.HasSuffix(f, "_test.go") {
+					continue
+				}
+				src, err := os.ReadFile(f)
+				Expect(err).NotTo(HaveOccurred())
+				isMain = isMain || regexp.MustCompile(`(?m)^package main\b`).Match(src)
+			}
+			Expect(isMain).To(BeTrue(), "%s (Makefile BINARIES) has no main package", b)
+		}
+	})
+
+	It("build any of them in the Dockerfile statically, to run as the user the manifests run as", func() {
+		b, err := os.ReadFile(repoPath("Dockerfile"))
+		Expect(err).NotTo(HaveOccurred())
+		df := string(b)
+		Expect(df).To(MatchRegexp(`(?m)^ARG BINARY\s*$`))
+		Expect(df).To(ContainSubstring("CGO_ENABLED=0"))
+		Expect(df).To(ContainSubstring(`"./${BINARY}"`))
+		froms := regexp.MustCompile(`(?m)^FROM\s+(?:--platform=\S+\s+)?(\S+)`).FindAllStringSubmatch(df, -1)
+		Expect(froms).To(HaveLen(2), "a build stage and a runtime stage")
+		Expect(froms[1][1]).To(MatchRegexp(`^gcr\.io/distroless/static[-a-z0-9]*:nonroot`))
+		user := regexp.MustCompile(`(?m)^USER\s+(\d+)(?::(\d+))?\s*$`).FindStringSubmatch(df)
+		Expect(user).NotTo(BeNil(), "the runtime stage sets a numeric USER")
+		uid, err := strconv.ParseInt(user[1], 10, 64)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(uid).NotTo(BeZero())
+
+		for _, dir := range workloadBuilds {
+			for _, u := range find(mustBuild(dir), "Deployment", "") {
+				var d appsv1.Deployment
+				decode(u, &d)
+				Expect(d.Spec.Template.Spec.SecurityContext.RunAsUser).To(HaveValue(Equal(uid)), "%s: Deployment %s", dir, d.Name)
+			}
+		}
+
+		ignore, err := os.ReadFile(repoPath(".dockerignore"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, line := range strings.Split(string(ignore), "\n") {
+			line = strings.TrimSpace(line)
+			Expect(line).NotTo(HavePrefix("manifests"), "vs-controller embeds manifests/skr: it must be in the build context")
+		}
+	})
+
+	It("use, in the kind overlay and the samples, the images that e2e.sh builds and loads", func() {
+		script, err := os.ReadFile(repoPath("test/kind/e2e.sh"))
+		Expect(err).NotTo(HaveOccurred())
+		prefix := regexp.MustCompile(`(?m)^IMAGE_PREFIX="([^"]*)"`).FindSubmatch(script)
+		tag := regexp.MustCompile(`(?m)^IMAGE_TAG="([^"]*)"`).FindSubmatch(script)
+		Expect(prefix).NotTo(BeNil())
+		Expect(tag).NotTo(BeNil())
+		binaries := makefileBinaries()
+		want := map[string]bool{}
+		for _, b := range binaries {
+			want[string(prefix[1])+path.Base(b)+":"+string(tag[1])] = true
+		}
+
+		var used []string
+		for _, dir := range []string{"manifests/kcp/overlays/kind", "manifests/samples/example-operator"} {
+			for _, u := range find(mustBuild(dir), "Deployment", "") {
+				var d appsv1.Deployment
+				decode(u, &d)
+				for _, c := range d.Spec.Template.Spec.Containers {
+					used = append(used, c.Image)
+					if img, ok := containerArgs(c)["skr-webhook-image"]; ok {
+						used = append(used, img)
+					}
+				}
+			}
+		}
+		sort.Strings(used)
+		Expect(used).To(HaveLen(len(binaries)), "one image per binary: %v", used)
+		for _, img := range used {
+			Expect(want).To(HaveKey(img), "%s is not an image e2e.sh loads into kind", img)
+		}
+	})
+
+	It("pass every binary only flags it defines (each binary built and asked for -h)", func() {
+		binaries := makefileBinaries()
+		type use struct{ where, flag string }
+		uses := map[string][]use{}
+		for _, dir := range workloadBuilds {
+			for _, u := range find(mustBuild(dir), "Deployment", "") {
+				var d appsv1.Deployment
+				decode(u, &d)
+				for _, c := range d.Spec.Template.Spec.Containers {
+					b, ok := imageBinary(binaries, c.Image)
+					Expect(ok).To(BeTrue(), "%s: image %s runs none of the Makefile's BINARIES %v", dir, c.Image, binaries)
+					for f := range containerArgs(c) {
+						uses[b] = append(uses[b], use{dir + " Deployment " + d.Name, f})
+					}
+				}
+			}
+		}
+		Expect(uses).To(HaveLen(len(binaries)), "every binary is deployed somewhere")
+		for b, list := range uses {
+			flags := binaryFlags(b)
+			for _, u := range list {
+				Expect(flags).To(HaveKey(u.flag), "%s passes --%s, which %s does not define", u.where, u.flag, b)
+			}
+		}
+	})
+})

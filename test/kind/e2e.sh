@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# The e2e suite on kind with real Istio and cert-manager (`make e2e-kind`).
+#
+# Two kind clusters on the Docker network "kind":
+#   runtime-watcher-kcp  Istio (ingress gateway, mesh config of manifests/istio),
+#                        cert-manager, manifests/kcp/overlays/kind (ext-authz,
+#                        vs-controller, Gateway, AuthorizationPolicy, PKI) and
+#                        the example operator with the sample Watcher and Kyma;
+#   runtime-watcher-skr  a plain runtime; vs-controller installs the skr-webhook
+#                        bundle into it.
+# Two clusters, not one with both roles, so that the SKR webhook's traffic
+# really leaves its cluster and enters the KCP through the ingress gateway
+# (mTLS, XFCC, ext_authz), and so that the SKR's admission webhook never sees
+# the KCP's own objects.
+#
+# Then it runs the SAME e2e specs as `make e2e` (test/e2e) with E2E_ENV=kind.
+#
+# Tool and component versions: versions.env (the one place).
+# Environment:
+#   E2E_KIND_DIR      kubeconfigs and diagnostics (default: bin/kind-e2e)
+#   E2E_KIND_REUSE=1  keep existing clusters of the same names instead of
+#                     re-creating them (faster re-runs)
+#   E2E_KIND_CLEANUP  on-success (default) | always | never: delete the clusters
+#   ISTIO_INSTALLER   helm | istioctl (default: helm when found, else istioctl)
+#   E2E_TIMEOUT       go test -timeout (default 30m)
+#   E2E_GO_TEST_FLAGS extra go test flags, e.g. "-v -ginkgo.focus=outage"
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/test/kind"
+# shellcheck source-path=SCRIPTDIR source=versions.env
+source "$HERE/versions.env"
+
+KCP_CONFIG="$HERE/kcp-cluster.yaml"
+SKR_CONFIG="$HERE/skr-cluster.yaml"
+KIND_OVERLAY="$ROOT/manifests/kcp/overlays/kind"
+SAMPLES="$ROOT/manifests/samples"
+# The image names the kind overlay and samples expect (their `images:`).
+IMAGE_PREFIX="runtime-watcher/"
+IMAGE_TAG="e2e"
+ISTIO_CHARTS="https://istio-release.storage.googleapis.com/charts"
+CERT_MANAGER_MANIFEST="https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
+
+WORK_DIR="${E2E_KIND_DIR:-$ROOT/bin/kind-e2e}"
+REUSE="${E2E_KIND_REUSE:-0}"
+CLEANUP="${E2E_KIND_CLEANUP:-on-success}"
+
+log() { printf '\n==> %s\n' "$*"; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+die() {
+	printf 'e2e-kind: %s\n' "$*" >&2
+	exit 1
+}
+
+# yaml_value FILE KEY: the first "KEY: value" in FILE (simple scalars only).
+yaml_value() {
+	sed -n "s|^[[:space:]]*$2:[[:space:]]*||p" "$1" | head -n1 | tr -d '"'
+}
+
+KCP_CLUSTER="$(yaml_value "$KCP_CONFIG" name)"
+SKR_CLUSTER="$(yaml_value "$SKR_CONFIG" name)"
+GATEWAY_HOST_PORT="$(yaml_value "$KCP_CONFIG" hostPort)"
+GATEWAY_HOST="$(yaml_value "$KIND_OVERLAY/settings.yaml" gatewayHost)"
+RUNTIME_ID="$(yaml_value "$SAMPLES/kyma.yaml" kyma-project.io/runtime-id)"
+SKR_DOMAIN="$(yaml_value "$SAMPLES/kyma.yaml" skr-domain)"
+KYMA_NS="kcp-system"
+
+KUBECTL=""
+ISTIO_TOOL=""
+
+check_prerequisites() {
+	local missing=() out v t
+	if ! command -v docker >/dev/null 2>&1; then
+		missing+=("docker: not found in PATH. Install Docker Engine or Docker Desktop: https://docs.docker.com/engine/install/")
+	elif ! out="$(docker info --format '{{.ServerVersion}}' 2>&1)"; then
+		missing+=("docker: the Docker daemon is not reachable ('docker info' said: $(printf '%s' "$out" | tail -n1)). Start it, or set DOCKER_HOST.")
+	fi
+	if ! command -v kind >/dev/null 2>&1; then
+		missing+=("kind $KIND_VERSION: not found in PATH. Install it: go install sigs.k8s.io/kind@$KIND_VERSION")
+	fi
+	if command -v kubectl >/dev/null 2>&1; then
+		KUBECTL="kubectl"
+	elif [[ -x "$ROOT/bin/k8s/${KUBECTL_VERSION#v}/kubectl" ]]; then
+		KUBECTL="$ROOT/bin/k8s/${KUBECTL_VERSION#v}/kubectl"
+	else
+		missing+=("kubectl $KUBECTL_VERSION: not found in PATH nor in bin/k8s/${KUBECTL_VERSION#v}/. Run 'make envtest-assets' (builds it from source) or install it: https://kubernetes.io/docs/tasks/tools/")
+	fi
+	case "${ISTIO_INSTALLER:-}" in
+	helm | istioctl)
+		if command -v "$ISTIO_INSTALLER" >/dev/null 2>&1; then
+			ISTIO_TOOL="$ISTIO_INSTALLER"
+		else
+			missing+=("$ISTIO_INSTALLER (ISTIO_INSTALLER=$ISTIO_INSTALLER): not found in PATH")
+		fi
+		;;
+	"")
+		if command -v helm >/dev/null 2>&1; then
+			ISTIO_TOOL="helm"
+		elif command -v istioctl >/dev/null 2>&1; then
+			ISTIO_TOOL="istioctl"
+		else
+			missing+=("helm $HELM_VERSION or istioctl $ISTIO_VERSION (to install Istio): neither is in PATH. Install helm: https://helm.sh/docs/intro/install/ — or istioctl: curl -L https://istio.io/downloadIstio | ISTIO_VERSION=$ISTIO_VERSION sh -")
+		fi
+		;;
+	*) missing+=("ISTIO_INSTALLER=$ISTIO_INSTALLER: want helm or istioctl") ;;
+	esac
+	if [[ "$ISTIO_TOOL" == istioctl ]]; then
+		v="$(istioctl version --remote=false 2>/dev/null | head -n1 || true)"
+		if [[ "$v" != *"$ISTIO_VERSION"* ]]; then
+			missing+=("istioctl $ISTIO_VERSION: found '$v'; istioctl must be the version of the Istio it installs")
+		fi
+	fi
+	for t in go make; do
+		command -v "$t" >/dev/null 2>&1 || missing+=("$t: not found in PATH")
+	done
+	if ((${#missing[@]} > 0)); then
+		printf 'e2e-kind: missing prerequisites (versions: test/kind/versions.env):\n' >&2
+		printf '  - %s\n' "${missing[@]}" >&2
+		exit 1
+	fi
+	# Other versions than the pinned ones usually work; say so.
+	v="$(kind version 2>/dev/null || true)"
+	[[ "$v" == *"$KIND_VERSION "* ]] || warn "kind is '$v', the pinned version is $KIND_VERSION"
+	v="$("$KUBECTL" version --client 2>/dev/null | head -n1 || true)"
+	[[ "$v" == *"$KUBECTL_VERSION"* ]] || warn "kubectl is '$v', the pinned version is $KUBECTL_VERSION"
+	if [[ "$ISTIO_TOOL" == helm ]]; then
+		v="$(helm version --short 2>/dev/null || true)"
+		[[ "$v" == "${HELM_VERSION%%.*}."* ]] || warn "helm is '$v', the pinned version is $HELM_VERSION"
+	fi
+	for v in KCP_CLUSTER SKR_CLUSTER GATEWAY_HOST_PORT GATEWAY_HOST RUNTIME_ID SKR_DOMAIN; do
+		[[ -n "${!v}" ]] || die "could not read $v from the kind configs, the kind overlay or the samples"
+	done
+}
+
+kcp() { "$KUBECTL" --kubeconfig "$WORK_DIR/kcp.kubeconfig" "$@"; }
+skr() { "$KUBECTL" --kubeconfig "$WORK_DIR/skr.kubeconfig" "$@"; }
+
+# retry ATTEMPTS DELAY CMD...: run CMD until it succeeds.
+retry() {
+	local attempts="$1" delay="$2" i
+	shift 2
+	for ((i = 1; i <= attempts; i++)); do
+		if "$@"; then
+			return 0
+		fi
+		((i < attempts)) && sleep "$delay"
+	done
+	return 1
+}
+
+create_cluster() {
+	local name="$1" config="$2"
+	if kind get clusters 2>/dev/null | grep -qx "$name"; then
+		if [[ "$REUSE" == 1 ]]; then
+			log "reusing kind cluster $name (E2E_KIND_REUSE=1)"
+			return 0
+		fi
+		log "deleting the existing kind cluster $name (E2E_KIND_REUSE=1 would keep it)"
+		kind delete cluster --name "$name"
+	fi
+	log "creating kind cluster $name ($KIND_NODE_IMAGE)"
+	kind create cluster --config "$config" --image "$KIND_NODE_IMAGE" --wait 5m
+}
+
+write_kubeconfigs() {
+	mkdir -p "$WORK_DIR"
+	(
+		umask 077
+		kind get kubeconfig --name "$KCP_CLUSTER" >"$WORK_DIR/kcp.kubeconfig"
+		kind get kubeconfig --name "$SKR_CLUSTER" >"$WORK_DIR/skr.kubeconfig"
+		# The SKR as the KCP's pods reach it (node container name on the
+		# "kind" network): what vs-controller gets in kubeconfig-<runtime-id>.
+		kind get kubeconfig --internal --name "$SKR_CLUSTER" >"$WORK_DIR/skr-internal.kubeconfig"
+	)
+}
+
+install_cert_manager() {
+	log "installing cert-manager $CERT_MANAGER_VERSION into the KCP"
+	kcp apply --server-side -f "$CERT_MANAGER_MANIFEST"
+	kcp -n cert-manager wait --for=condition=Available deployment --all --timeout=5m
+}
+
+install_istio() {
+	log "installing Istio $ISTIO_VERSION into the KCP with $ISTIO_TOOL (mesh config: manifests/istio)"
+	if [[ "$ISTIO_TOOL" == helm ]]; then
+		local h=(helm --kubeconfig "$WORK_DIR/kcp.kubeconfig" --namespace istio-system)
+		"${h[@]}" upgrade --install istio-base base --repo "$ISTIO_CHARTS" --version "$ISTIO_VERSION" \
+			--create-namespace --set defaultRevision=default --wait
+		"${h[@]}" upgrade --install istiod istiod --repo "$ISTIO_CHARTS" --version "$ISTIO_VERSION" \
+			-f "$ROOT/manifests/istio/istiod-values.yaml" --wait --timeout 5m
+		"${h[@]}" upgrade --install istio-ingressgateway gateway --repo "$ISTIO_CHARTS" --version "$ISTIO_VERSION" \
+			-f "$HERE/istio-gateway-values.yaml" --wait --timeout 5m
+	else
+		istioctl install -y --kubeconfig "$WORK_DIR/kcp.kubeconfig" \
+			-f "$ROOT/manifests/istio/istio-operator.yaml" -f "$HERE/istio-operator-kind.yaml"
+	fi
+	kcp -n istio-system rollout status deployment/istiod --timeout=5m
+	kcp -n istio-system rollout status deployment/istio-ingressgateway --timeout=5m
+}
+
+install_crds() {
+	log "installing the Watcher CRD and the Kyma stand-in CRD (manifests/crds)"
+	kcp apply --server-side -f "$ROOT/manifests/crds/operator.kyma-project.io_watchers.yaml" -f "$ROOT/manifests/crds/kyma-standin/"
+	kcp wait --for=condition=Established crd/watchers.operator.kyma-project.io crd/kymas.operator.kyma-project.io --timeout=1m
+	# The SKR watches Kyma CRs (the sample Watcher's resourceToWatch).
+	skr apply --server-side -f "$ROOT/manifests/crds/kyma-standin/"
+	skr wait --for=condition=Established crd/kymas.operator.kyma-project.io --timeout=1m
+}
+
+build_and_load_images() {
+	local binaries b img cluster
+	# The binaries are the Makefile's BINARIES (one image each, `make images`).
+	# shellcheck disable=SC2016 # $(BINARIES) is make's, not the shell's
+	read -r -a binaries <<<"$(make -s -C "$ROOT" --no-print-directory --eval 'print-binaries: ; @echo $(BINARIES)' print-binaries)"
+	((${#binaries[@]} > 0)) || die "no BINARIES in the Makefile"
+	log "building images ${IMAGE_PREFIX}<binary>:$IMAGE_TAG for: ${binaries[*]}"
+	make -C "$ROOT" --no-print-directory images IMAGE_PREFIX="$IMAGE_PREFIX" IMAGE_TAG="$IMAGE_TAG"
+	for b in "${binaries[@]}"; do
+		img="${IMAGE_PREFIX}$(basename "$b"):${IMAGE_TAG}"
+		cluster="$KCP_CLUSTER"
+		[[ "$b" == skr-webhook ]] && cluster="$SKR_CLUSTER"
+		log "loading $img into $cluster"
+		kind load docker-image "$img" --name "$cluster"
+	done
+}
+
+deploy_kcp() {
+	log "applying manifests/kcp/overlays/kind to the KCP"
+	# cert-manager's webhook may refuse the issuers for a few seconds after
+	# its Deployment is available.
+	retry 30 5 kcp apply -k "$KIND_OVERLAY" || die "could not apply $KIND_OVERLAY"
+	kcp -n cert-manager wait --for=condition=Ready certificate/runtime-watcher-ca --timeout=3m
+	kcp -n istio-system wait --for=condition=Ready certificate/kcp-gateway-tls --timeout=3m
+	kcp -n kcp-system rollout status deployment/ext-authz --timeout=5m
+	kcp -n kcp-system rollout status deployment/vs-controller --timeout=5m
+}
+
+deploy_samples() {
+	log "deploying the example operator, runtime $RUNTIME_ID (skr-domain $SKR_DOMAIN) and the sample Watcher"
+	# The runtime's kubeconfig, as the KCP's pods reach the SKR; replaces the
+	# placeholder of manifests/samples/kubeconfig-secret.yaml.
+	kcp -n "$KYMA_NS" create secret generic "kubeconfig-$RUNTIME_ID" \
+		--from-file=config="$WORK_DIR/skr-internal.kubeconfig" --dry-run=client -o yaml | kcp apply -f -
+	kcp apply -k "$SAMPLES/example-operator"
+	kcp -n "$KYMA_NS" rollout status deployment/example-operator --timeout=5m
+	kcp apply -f "$SAMPLES/kyma.yaml" -f "$SAMPLES/watcher.yaml"
+	log "waiting for vs-controller to install the skr-webhook into the SKR"
+	retry 60 5 skr -n kyma-system get deployment/skr-webhook >/dev/null 2>&1 ||
+		die "vs-controller did not create the skr-webhook Deployment in the SKR within 5 minutes"
+	skr -n kyma-system rollout status deployment/skr-webhook --timeout=5m
+}
+
+run_suite() {
+	log "running the e2e suite (E2E_ENV=kind) through the Istio ingress gateway at 127.0.0.1:$GATEWAY_HOST_PORT"
+	cd "$ROOT"
+	# shellcheck disable=SC2086 # E2E_GO_TEST_FLAGS is a list of flags
+	E2E_ENV=kind \
+		KCP_KUBECONFIG="$WORK_DIR/kcp.kubeconfig" \
+		SKR_KUBECONFIG="$WORK_DIR/skr.kubeconfig" \
+		GATEWAY_ADDR="127.0.0.1:$GATEWAY_HOST_PORT" \
+		GATEWAY_HOST="$GATEWAY_HOST" \
+		CA_SECRET="cert-manager/runtime-watcher-ca" \
+		INGRESS_NAMESPACE="istio-system" \
+		INGRESS_DEPLOYMENT="istio-ingressgateway" \
+		OPERATOR_NAMESPACE="$KYMA_NS" \
+		OPERATOR_SELECTOR="app.kubernetes.io/name=example-operator" \
+		KYMA_NAMESPACE="$KYMA_NS" \
+		RUNTIME_ID="$RUNTIME_ID" \
+		SKR_DOMAIN="$SKR_DOMAIN" \
+		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... ${E2E_GO_TEST_FLAGS:-}
+}
+
+# collect_diagnostics: what is needed to understand a failure, in
+# $WORK_DIR/diagnostics.
+collect_diagnostics() {
+	local d="$WORK_DIR/diagnostics"
+	[[ -s "$WORK_DIR/kcp.kubeconfig" ]] || return 0
+	mkdir -p "$d"
+	kcp get pods,deployments,services -A -o wide >"$d/kcp-workloads.txt" 2>&1 || true
+	kcp get events -A --sort-by=.lastTimestamp >"$d/kcp-events.txt" 2>&1 || true
+	kcp get gateways.networking.istio.io,virtualservices.networking.istio.io,authorizationpolicies.security.istio.io,certificates.cert-manager.io,watchers.operator.kyma-project.io,kymas.operator.kyma-project.io -A -o yaml >"$d/kcp-objects.yaml" 2>&1 || true
+	kcp -n kcp-system logs deployment/ext-authz --tail=500 >"$d/ext-authz.log" 2>&1 || true
+	kcp -n kcp-system logs deployment/vs-controller --tail=500 >"$d/vs-controller.log" 2>&1 || true
+	kcp -n kcp-system logs deployment/example-operator --tail=500 >"$d/example-operator.log" 2>&1 || true
+	kcp -n istio-system logs deployment/istio-ingressgateway --tail=500 >"$d/istio-ingressgateway.log" 2>&1 || true
+	kcp -n istio-system logs deployment/istiod --tail=500 >"$d/istiod.log" 2>&1 || true
+	if [[ -s "$WORK_DIR/skr.kubeconfig" ]]; then
+		skr get pods,deployments,validatingwebhookconfigurations -A -o wide >"$d/skr-workloads.txt" 2>&1 || true
+		skr get events -A --sort-by=.lastTimestamp >"$d/skr-events.txt" 2>&1 || true
+		skr -n kyma-system logs deployment/skr-webhook --tail=500 >"$d/skr-webhook.log" 2>&1 || true
+	fi
+	printf 'e2e-kind: diagnostics (pods, events, objects, logs) are in %s\n' "$d" >&2
+}
+
+on_exit() {
+	local status=$? delete=0
+	((status == 0)) || collect_diagnostics
+	case "$CLEANUP" in
+	always) delete=1 ;;
+	on-success) ((status != 0)) || delete=1 ;;
+	esac
+	if ((delete)); then
+		log "deleting the kind clusters"
+		kind delete cluster --name "$KCP_CLUSTER" || true
+		kind delete cluster --name "$SKR_CLUSTER" || true
+	else
+		printf '\ne2e-kind: clusters kept. Inspect them with\n  kubectl --kubeconfig %s ...\n  kubectl --kubeconfig %s ...\nand delete them with\n  kind delete cluster --name %s; kind delete cluster --name %s\n' \
+			"$WORK_DIR/kcp.kubeconfig" "$WORK_DIR/skr.kubeconfig" "$KCP_CLUSTER" "$SKR_CLUSTER" >&2
+	fi
+}
+
+main() {
+	check_prerequisites
+	case "$CLEANUP" in always | on-success | never) ;; *) die "E2E_KIND_CLEANUP=$CLEANUP: want on-success, always or never" ;; esac
+	trap on_exit EXIT
+	create_cluster "$KCP_CLUSTER" "$KCP_CONFIG"
+	create_cluster "$SKR_CLUSTER" "$SKR_CONFIG"
+	write_kubeconfigs
+	install_cert_manager
+	install_istio
+	install_crds
+	build_and_load_images
+	deploy_kcp
+	deploy_samples
+	run_suite
+	log "e2e on kind passed"
+}
+
+main "$@"

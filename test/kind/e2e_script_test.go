@@ -1,0 +1,408 @@
+// Package kind tests test/kind/e2e.sh, the kind + Istio e2e driver, on a
+// machine without Docker. The test runs the real script with test doubles
+// for the tools it drives — docker, kind, kubectl, helm, istioctl, go and the
+// `images` target of make — that cannot run here (no Docker engine, no
+// clusters). The doubles record every call, check that each file the script
+// hands them exists, and answer as the real tools do for the queries the
+// script makes (versions, kubeconfigs). What the test proves: the
+// prerequisite check names exactly what is missing, and the script runs its
+// steps in order with the pinned versions, the repository's manifests and
+// the e2e suite's environment switch; on failure it keeps the clusters and
+// collects diagnostics. What it cannot prove is that kind, Istio and
+// cert-manager then behave as documented: that needs `make e2e-kind` on a
+// host with Docker.
+package kind
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// repoRoot is the repository root (this file is test/kind/…).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller information")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// versions reads versions.env.
+func versions(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repoRoot(t), "test", "kind", "versions.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, _ := strings.Cut(line, "=")
+		out[k] = v
+	}
+	return out
+}
+
+// checkPaths is shared by the doubles: every file argument must exist.
+const checkPaths = `
+check_path() { # $1: a path the real tool would read
+	case "$1" in http://* | https://* | -) return 0 ;; esac
+	[ -e "$1" ] || { echo "$(basename "$0") double: no such file: $1" >&2; exit 3; }
+}
+log_call() { printf '%s\n' "$(basename "$0") $*" >>"$STUB_LOG"; }
+`
+
+// doubles are the tool doubles, by name. $STUB_* variables steer them.
+var doubles = map[string]string{
+	"docker": `
+log_call "$@"
+if [ "$1" = info ]; then
+	if [ -n "$STUB_DOCKER_DOWN" ]; then echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1; fi
+	echo 27.3.1
+fi
+`,
+	"kind": `
+log_call "$@"
+case "$1 $2" in
+"version "*) echo "kind v0.30.0 go1.25.0 linux/amd64" ;;
+"get clusters") printf '%s\n' $STUB_EXISTING_CLUSTERS ;;
+"get kubeconfig") printf 'apiVersion: v1\nkind: Config\n' ;;
+"create cluster")
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--config) check_path "$2"; shift ;;
+		--image) [ "$2" = "$STUB_WANT_NODE_IMAGE" ] || { echo "kind double: image $2, want $STUB_WANT_NODE_IMAGE" >&2; exit 3; }; shift ;;
+		esac
+		shift
+	done ;;
+esac
+`,
+	"kubectl": `
+log_call "$@"
+prev=""
+for a in "$@"; do
+	case "$prev" in -f | -k | --kubeconfig) check_path "$a" ;; esac
+	case "$a" in --from-file=*=*) check_path "${a#*=*=}" ;; esac
+	prev="$a"
+done
+case " $* " in
+*" version --client "*) echo "Client Version: v1.34.2" ;;
+*" create secret "*) printf 'apiVersion: v1\nkind: Secret\n' ;;
+*" apply -f - "*) cat >/dev/null ;;
+esac
+`,
+	"helm": `
+log_call "$@"
+prev=""
+for a in "$@"; do
+	case "$prev" in -f | --kubeconfig) check_path "$a" ;; esac
+	prev="$a"
+done
+[ "$1" = version ] && echo "v3.19.0+g3d8990f"
+exit 0
+`,
+	"istioctl": `
+log_call "$@"
+prev=""
+for a in "$@"; do
+	case "$prev" in -f | --kubeconfig) check_path "$a" ;; esac
+	prev="$a"
+done
+[ "$1" = version ] && echo "${STUB_ISTIOCTL_VERSION:-1.28.1}"
+exit 0
+`,
+	"go": `
+log_call "$@"
+if [ "$1" = test ]; then
+	for v in E2E_ENV KCP_KUBECONFIG SKR_KUBECONFIG GATEWAY_ADDR GATEWAY_HOST CA_SECRET INGRESS_NAMESPACE INGRESS_DEPLOYMENT OPERATOR_NAMESPACE OPERATOR_SELECTOR KYMA_NAMESPACE RUNTIME_ID SKR_DOMAIN; do
+		printf 'env %s=%s\n' "$v" "$(printenv "$v")" >>"$STUB_LOG"
+	done
+	check_path "$KCP_KUBECONFIG"
+	check_path "$SKR_KUBECONFIG"
+	exit "${STUB_SUITE_EXIT:-0}"
+fi
+`,
+	// make: the query of the Makefile's BINARIES runs the real make; the
+	// images target (Docker builds) is recorded.
+	"make": `
+case " $* " in
+*" print-binaries "*) exec "$STUB_REAL_MAKE" "$@" ;;
+esac
+log_call "$@"
+`,
+}
+
+// realTools are linked into the doubles' PATH: what the script and make need
+// besides the doubles.
+var realTools = []string{"bash", "env", "sed", "head", "tr", "grep", "tail", "basename", "dirname", "mkdir", "cat", "sleep", "printenv"}
+
+type run struct {
+	log    string // the calls, one per line
+	stderr string
+	err    error
+}
+
+// runScript runs e2e.sh with the doubles named in tools (all when nil) on
+// PATH and the given extra environment.
+func runScript(t *testing.T, tools []string, extraEnv ...string) run {
+	t.Helper()
+	root := repoRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range realTools {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatalf("%s is needed to run e2e.sh: %v", name, err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tools == nil {
+		for name := range doubles {
+			tools = append(tools, name)
+		}
+	}
+	for _, name := range tools {
+		script := "#!/usr/bin/env bash\n" + checkPaths + doubles[name]
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	realMake, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make is needed: %v", err)
+	}
+	logFile := filepath.Join(dir, "calls.log")
+	cmd := exec.Command(filepath.Join(root, "test", "kind", "e2e.sh"))
+	cmd.Dir = root
+	cmd.Env = append([]string{
+		"PATH=" + bin,
+		"HOME=" + dir,
+		"STUB_LOG=" + logFile,
+		"STUB_REAL_MAKE=" + realMake,
+		"STUB_WANT_NODE_IMAGE=" + versions(t)["KIND_NODE_IMAGE"],
+		"E2E_KIND_DIR=" + filepath.Join(dir, "work"),
+	}, extraEnv...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	err = cmd.Run()
+	calls, _ := os.ReadFile(logFile)
+	return run{log: string(calls), stderr: stderr.String(), err: err}
+}
+
+// inOrder reports whether each want is a substring of a line of log, the
+// lines in the order of want.
+func inOrder(t *testing.T, log string, want ...string) {
+	t.Helper()
+	lines := strings.Split(log, "\n")
+	i := 0
+	for _, w := range want {
+		for i < len(lines) && !strings.Contains(lines[i], w) {
+			i++
+		}
+		if i == len(lines) {
+			t.Fatalf("no call %q (after the previous ones) in:\n%s", w, log)
+		}
+		i++
+	}
+}
+
+func TestScriptsParse(t *testing.T) {
+	scripts, err := filepath.Glob(filepath.Join(repoRoot(t), "test", "kind", "*.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scripts) == 0 {
+		t.Fatal("no scripts in test/kind")
+	}
+	for _, s := range scripts {
+		if out, err := exec.Command("bash", "-n", s).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %s: %v\n%s", s, err, out)
+		}
+		info, err := os.Stat(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode()&0o111 == 0 {
+			t.Errorf("%s is not executable (make e2e-kind runs it directly)", s)
+		}
+	}
+}
+
+func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
+	v := versions(t)
+	r := runScript(t, nil)
+	if r.err != nil {
+		t.Fatalf("e2e.sh failed: %v\n%s\ncalls:\n%s", r.err, r.stderr, r.log)
+	}
+	inOrder(t, r.log,
+		"docker info",
+		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/kcp-cluster.yaml")+" --image "+v["KIND_NODE_IMAGE"],
+		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/skr-cluster.yaml")+" --image "+v["KIND_NODE_IMAGE"],
+		"kind get kubeconfig --internal --name runtime-watcher-skr",
+		"https://github.com/cert-manager/cert-manager/releases/download/"+v["CERT_MANAGER_VERSION"]+"/cert-manager.yaml",
+		"upgrade --install istio-base base --repo https://istio-release.storage.googleapis.com/charts --version "+v["ISTIO_VERSION"],
+		"istiod istiod --repo https://istio-release.storage.googleapis.com/charts --version "+v["ISTIO_VERSION"]+" -f "+filepath.Join(repoRoot(t), "manifests/istio/istiod-values.yaml"),
+		"istio-ingressgateway gateway --repo https://istio-release.storage.googleapis.com/charts --version "+v["ISTIO_VERSION"]+" -f "+filepath.Join(repoRoot(t), "test/kind/istio-gateway-values.yaml"),
+		"operator.kyma-project.io_watchers.yaml",
+		"make -C "+repoRoot(t)+" --no-print-directory images IMAGE_PREFIX=runtime-watcher/ IMAGE_TAG=e2e",
+		"apply -k "+filepath.Join(repoRoot(t), "manifests/kcp/overlays/kind"),
+		"wait --for=condition=Ready certificate/runtime-watcher-ca",
+		"create secret generic kubeconfig-runtime-1 --from-file=config=",
+		"apply -k "+filepath.Join(repoRoot(t), "manifests/samples/example-operator"),
+		"kyma.yaml",
+		"rollout status deployment/skr-webhook",
+		"go test -count=1 -timeout 30m ./test/e2e/...",
+		"env E2E_ENV=kind",
+		"env GATEWAY_ADDR=127.0.0.1:30443",
+		"env GATEWAY_HOST=runtime-watcher-kcp-control-plane",
+		"env CA_SECRET=cert-manager/runtime-watcher-ca",
+		"env INGRESS_DEPLOYMENT=istio-ingressgateway",
+		"env RUNTIME_ID=runtime-1",
+		"env SKR_DOMAIN=skr-1.local.example.com",
+		"kind delete cluster --name runtime-watcher-kcp",
+		"kind delete cluster --name runtime-watcher-skr",
+	)
+	// One image per Makefile binary, each into the cluster that runs it.
+	for _, load := range []string{
+		"kind load docker-image runtime-watcher/ext-authz:e2e --name runtime-watcher-kcp",
+		"kind load docker-image runtime-watcher/vs-controller:e2e --name runtime-watcher-kcp",
+		"kind load docker-image runtime-watcher/example:e2e --name runtime-watcher-kcp",
+		"kind load docker-image runtime-watcher/skr-webhook:e2e --name runtime-watcher-skr",
+	} {
+		if !strings.Contains(r.log, load) {
+			t.Errorf("no %q in:\n%s", load, r.log)
+		}
+	}
+	if strings.Contains(r.stderr, "warning:") {
+		t.Errorf("warnings although every tool reported its pinned version:\n%s", r.stderr)
+	}
+}
+
+func TestE2EScriptKeepsTheClustersAndCollectsDiagnosticsWhenTheSuiteFails(t *testing.T) {
+	r := runScript(t, nil, "STUB_SUITE_EXIT=1")
+	if r.err == nil {
+		t.Fatalf("e2e.sh succeeded although the suite failed\n%s", r.log)
+	}
+	inOrder(t, r.log, "go test", "logs deployment/ext-authz", "logs deployment/skr-webhook")
+	if strings.Contains(r.log, "kind delete cluster") {
+		t.Errorf("clusters deleted after a failure (E2E_KIND_CLEANUP=on-success):\n%s", r.log)
+	}
+	for _, want := range []string{"diagnostics", "clusters kept", "kind delete cluster --name runtime-watcher-kcp"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("output does not say %q:\n%s", want, r.stderr)
+		}
+	}
+}
+
+func TestE2EScriptInstallsIstioWithIstioctlWhenThereIsNoHelm(t *testing.T) {
+	r := runScript(t, []string{"docker", "kind", "kubectl", "istioctl", "go", "make"})
+	if r.err != nil {
+		t.Fatalf("e2e.sh failed: %v\n%s\ncalls:\n%s", r.err, r.stderr, r.log)
+	}
+	files := "-f " + filepath.Join(repoRoot(t), "manifests/istio/istio-operator.yaml") +
+		" -f " + filepath.Join(repoRoot(t), "test/kind/istio-operator-kind.yaml")
+	inOrder(t, r.log, "istioctl version --remote=false", "istioctl install -y --kubeconfig ", "apply -k ")
+	for _, line := range strings.Split(r.log, "\n") {
+		if strings.HasPrefix(line, "istioctl install") && !strings.HasSuffix(line, files) {
+			t.Errorf("istioctl not given the mesh config and the kind gateway (%s): %s", files, line)
+		}
+	}
+	if strings.Contains(r.log, "helm ") {
+		t.Errorf("helm called although it is not installed:\n%s", r.log)
+	}
+}
+
+func TestE2EScriptNamesEveryMissingPrerequisite(t *testing.T) {
+	// Without kubectl in PATH the script uses the one `make envtest-assets`
+	// builds, when it is there.
+	kubectl := "kubectl " + versions(t)["KUBECTL_VERSION"] + ": not found"
+	builtKubectl := filepath.Join(repoRoot(t), "bin", "k8s", strings.TrimPrefix(versions(t)["KUBECTL_VERSION"], "v"), "kubectl")
+	_, err := os.Stat(builtKubectl)
+	kubectlBuilt := err == nil
+	cases := []struct {
+		name    string
+		tools   []string
+		env     []string
+		missing []string // each must be named
+		present []string // must not be reported
+	}{
+		{
+			name:    "nothing installed",
+			tools:   []string{},
+			missing: []string{"docker: not found", "kind v0.30.0: not found", "helm v3.19.0 or istioctl 1.28.1", "go: not found", "make: not found"},
+		},
+		{
+			name:    "Docker daemon down",
+			tools:   []string{"docker", "kind", "kubectl", "helm", "go", "make"},
+			env:     []string{"STUB_DOCKER_DOWN=1"},
+			missing: []string{"the Docker daemon is not reachable", "Cannot connect to the Docker daemon"},
+			present: []string{"kind v0.30.0", "kubectl", "helm", "go:"},
+		},
+		{
+			name:    "istioctl of another Istio",
+			tools:   []string{"docker", "kind", "kubectl", "istioctl", "go", "make"},
+			env:     []string{"STUB_ISTIOCTL_VERSION=1.27.3"},
+			missing: []string{"istioctl 1.28.1: found '1.27.3'"},
+			present: []string{"docker", "kind v0.30.0"},
+		},
+		{
+			name:    "unknown installer",
+			tools:   []string{"docker", "kind", "kubectl", "helm", "go", "make"},
+			env:     []string{"ISTIO_INSTALLER=kustomize"},
+			missing: []string{"ISTIO_INSTALLER=kustomize: want helm or istioctl"},
+		},
+	}
+	if kubectlBuilt {
+		cases[0].present = append(cases[0].present, kubectl)
+	} else {
+		cases[0].missing = append(cases[0].missing, kubectl)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runScript(t, c.tools, c.env...)
+			if r.err == nil {
+				t.Fatalf("e2e.sh succeeded with missing prerequisites:\n%s", r.stderr)
+			}
+			if !strings.Contains(r.stderr, "missing prerequisites") {
+				t.Fatalf("no list of missing prerequisites:\n%s", r.stderr)
+			}
+			for _, m := range c.missing {
+				if !strings.Contains(r.stderr, m) {
+					t.Errorf("does not name %q:\n%s", m, r.stderr)
+				}
+			}
+			listed := ""
+			for _, line := range strings.Split(r.stderr, "\n") {
+				if strings.HasPrefix(line, "  - ") {
+					listed += line + "\n"
+				}
+			}
+			for _, p := range c.present {
+				if strings.Contains(listed, "  - "+p) {
+					t.Errorf("reports the installed %q as missing:\n%s", p, listed)
+				}
+			}
+			if strings.Contains(r.log, "kind create") || strings.Contains(r.log, "apply") {
+				t.Errorf("changed something before the prerequisites were met:\n%s", r.log)
+			}
+		})
+	}
+}
