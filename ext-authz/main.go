@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -34,6 +33,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -117,7 +117,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	verifier := &pinning.Verifier{Lookup: pinning.NewKymaLookup(kymas, o.kymaNamespace), Roots: o.roots}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
-	grpcServer := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	grpcServer := grpc.NewServer(
+		grpc.MaxRecvMsgSize(4<<20),
+		// Envoy may ping idle connections; do not answer that with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
 	authv3.RegisterAuthorizationServer(grpcServer, authz)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthSrv)
@@ -135,9 +139,6 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	metricsMux := http.NewServeMux()
-	if os.Getenv("TMP_PPROF") != "" {
-		metricsMux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	}
 	metricsMux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	healthHTTP := &http.Server{Handler: healthMux, ReadHeaderTimeout: 5 * time.Second}
 	metricsHTTP := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}

@@ -32,7 +32,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
 )
 
-// StartedMessage is the log message ext-authz writes once it listens.
+// StartedMessage is the log message ext-authz writes once it listens (a
+// JSON line with grpcAddr, healthAddr and metricsAddr: zap's default
+// production encoding, so do not pass --zap-devel to Start).
 const StartedMessage = "ext-authz started"
 
 // Process is a running ext-authz binary.

@@ -84,28 +84,38 @@ func kymaMapper(cfg *rest.Config) (meta.RESTMapper, error) {
 		if !r.Namespaced {
 			return nil, fmt.Errorf("%s %s is cluster-scoped; SAN pinning reads namespaced Kyma CRs", gv, gvk.Kind)
 		}
+		// The namespaced cache maps list types too (KymaList).
 		m := meta.NewDefaultRESTMapper([]schema.GroupVersion{gv})
-		m.AddSpecific(gvk, gv.WithResource(r.Name), gv.WithResource(r.SingularName), meta.RESTScopeNamespace)
-		mapping, err := m.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return nil, err
+		listGVK := gv.WithKind(gvk.Kind + "List")
+		for _, k := range []schema.GroupVersionKind{gvk, listGVK} {
+			m.AddSpecific(k, gv.WithResource(r.Name), gv.WithResource(r.SingularName), meta.RESTScopeNamespace)
 		}
-		return kymaRESTMapper{RESTMapper: m, kyma: *mapping}, nil
+		fast := kymaRESTMapper{RESTMapper: m}
+		for i, k := range []schema.GroupVersionKind{gvk, listGVK} {
+			mapping, err := m.RESTMapping(k.GroupKind(), k.Version)
+			if err != nil {
+				return nil, err
+			}
+			fast.mappings[i] = *mapping
+		}
+		return fast, nil
 	}
 	return nil, fmt.Errorf("the API server serves no %s in %s (is the Kyma CRD installed?)", gvk.Kind, gv)
 }
 
-// kymaRESTMapper answers the mapping of Kyma, asked on every cache read,
-// without the lookups of meta.DefaultRESTMapper.
+// kymaRESTMapper answers the mappings of Kyma and KymaList, asked on every
+// cache read, without the lookups of meta.DefaultRESTMapper.
 type kymaRESTMapper struct {
 	meta.RESTMapper
-	kyma meta.RESTMapping
+	mappings [2]meta.RESTMapping
 }
 
 func (m kymaRESTMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
-	if gk == m.kyma.GroupVersionKind.GroupKind() && (len(versions) == 0 || len(versions) == 1 && versions[0] == m.kyma.GroupVersionKind.Version) {
-		mapping := m.kyma
-		return &mapping, nil
+	for _, mp := range m.mappings {
+		gvk := mp.GroupVersionKind
+		if gk == gvk.GroupKind() && (len(versions) == 0 || len(versions) == 1 && versions[0] == gvk.Version) {
+			return &mp, nil
+		}
 	}
 	return m.RESTMapper.RESTMapping(gk, versions...)
 }

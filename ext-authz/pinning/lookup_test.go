@@ -2,8 +2,14 @@ package pinning_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,10 +54,13 @@ func TestKymaLookup(t *testing.T) {
 	withExtra := extauthztest.Kyma(ns, "runtime-big", "big.example.com", nil)
 	withExtra.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: "big.example.com", "kubectl.kubernetes.io/last-applied-configuration": "{...}"})
 	kymas = append(kymas, withExtra)
-	for _, k := range kymas {
-		if err := kcp.Client.Create(ctx, k); err != nil {
-			t.Fatal(err)
-		}
+	// More than one page (500) of the informer's initial list.
+	for i := range 1200 {
+		kymas = append(kymas, extauthztest.Kyma(ns, fmt.Sprintf("bulk-%04d", i), fmt.Sprintf("bulk-%04d.example.com", i),
+			map[string]string{"operator.kyma-project.io/managed-by": "lifecycle-manager"}))
+	}
+	if err := createAll(ctx, kcp.Client, kymas); err != nil {
+		t.Fatal(err)
 	}
 
 	c, err := pinning.NewKymaCache(ctx, kcp.Config, ns)
@@ -88,6 +97,22 @@ func TestKymaLookup(t *testing.T) {
 		}
 	}
 
+	for _, i := range []int{0, 499, 500, 1199} {
+		id := fmt.Sprintf("bulk-%04d", i)
+		if rt, found, err := lookup.LookupRuntime(ctx, id); err != nil || !found || rt.SKRDomain != id+".example.com" {
+			t.Errorf("LookupRuntime(%q) = %+v, %v, %v", id, rt, found, err)
+		}
+	}
+	all := pinning.NewKymaList()
+	if err := c.List(ctx, all, client.InNamespace(ns)); err != nil || len(all.Items) != 1206 {
+		t.Errorf("cache lists %d Kyma CRs (%v), want 1206", len(all.Items), err)
+	}
+	// Only Kyma CRs are cached; reading anything else fails instead of
+	// starting another informer.
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err == nil {
+		t.Error("the cache answered a Namespace read")
+	}
+
 	// The cache holds only what pinning reads.
 	k := pinning.NewKyma()
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kyma-abc"}, k); err != nil {
@@ -110,4 +135,59 @@ func TestTrimKymaPassesOtherObjects(t *testing.T) {
 	if err != nil || got != pod {
 		t.Fatalf("TrimKyma(pod) = %v, %v", got, err)
 	}
+}
+
+// createAll creates objects with a bounded pool of workers.
+func createAll(ctx context.Context, c client.Client, objs []client.Object) error {
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(objs) {
+					return
+				}
+				if err := c.Create(ctx, objs[i]); err != nil {
+					mu.Lock()
+					first = err
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// TestNewKymaCacheWithoutCRD: without the Kyma CRD the cache is not made,
+// so ext-authz fails at start instead of never becoming ready.
+func TestNewKymaCacheWithoutCRD(t *testing.T) {
+	env, err := testenv.Start("kcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	kcp := env.Cluster("kcp")
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "kymas.operator.kyma-project.io"}}
+	if err := kcp.Client.Delete(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	g := gomega.NewWithT(t)
+	g.Eventually(func() error {
+		_, err := pinning.NewKymaCache(ctx, kcp.Config, "kcp-system")
+		return err
+	}).WithTimeout(30 * time.Second).Should(gomega.MatchError(gomega.ContainSubstring("Kyma CRD")))
 }

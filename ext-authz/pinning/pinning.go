@@ -122,10 +122,11 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 		return id, deny(contract.ReasonDomainNotSet, "Kyma of runtime %q has no %s annotation", id.RuntimeID, contract.AnnotationSKRDomain)
 	}
 	if !isDNS1123Subdomain(domain) {
-		return id, deny(contract.ReasonSANMismatch, "Kyma of runtime %q has %s %q, which is not a DNS name", id.RuntimeID, contract.AnnotationSKRDomain, domain)
+		return id, deny(contract.ReasonSANMismatch, "the %s of runtime %q is not a DNS name", contract.AnnotationSKRDomain, id.RuntimeID)
 	}
 	if !hasDNSSAN(cert, domain) {
-		return id, deny(contract.ReasonSANMismatch, "certificate of runtime %q has no DNS SAN %q", id.RuntimeID, domain)
+		// The message goes back to the client: it does not reveal the domain.
+		return id, deny(contract.ReasonSANMismatch, "no DNS SAN of the certificate of runtime %q is its %s", id.RuntimeID, contract.AnnotationSKRDomain)
 	}
 	id.SKRDomain = domain
 	return id, nil

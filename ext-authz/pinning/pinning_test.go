@@ -327,3 +327,42 @@ func FuzzIsDNS1123Subdomain(f *testing.F) {
 		}
 	})
 }
+
+// TestVerifyConcurrent: one Verifier (and its certificate cache) used from
+// many goroutines gives every caller its own identity (run with -race).
+func TestVerifyConcurrent(t *testing.T) {
+	ca, err := pki.NewCA("concurrent-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := mapLookup{runtimes: map[string]pinning.Runtime{}}
+	var headers []string
+	for i := range 32 {
+		id, domain := fmt.Sprintf("runtime-%d", i), fmt.Sprintf("skr-%d.example.com", i)
+		lookup.runtimes[id] = pinning.Runtime{ID: id, SKRDomain: domain}
+		headers = append(headers, gatewayXFCC(issue(t, ca, pki.LeafOptions{CommonName: id, DNSNames: []string{domain}})))
+	}
+	v := &pinning.Verifier{Lookup: lookup}
+	errs := make(chan error, 8)
+	for w := range 8 {
+		go func() {
+			for n := range 200 {
+				i := (w*7 + n) % len(headers)
+				id, err := v.Verify(context.Background(), headers[i], "")
+				if err == nil && id.RuntimeID != fmt.Sprintf("runtime-%d", i) {
+					err = fmt.Errorf("request of runtime-%d verified as %+v", i, id)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,12 +1,17 @@
 package xfcc_test
 
 import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 // FuzzParse checks the parser's invariants on arbitrary input. The seed
@@ -75,4 +80,74 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Format(Parse(%q)) = %q", header, out)
 		}
 	})
+}
+
+// FuzzDecodeCert checks DecodeCert against the plain standard-library
+// decoding it optimizes (net/url.QueryUnescape, then encoding/pem): the same
+// certificate or the same class of error for every input.
+func FuzzDecodeCert(f *testing.F) {
+	ca, err := pki.NewCA("fuzz-ca")
+	if err != nil {
+		f.Fatal(err)
+	}
+	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	pemText := string(leaf.CertPEM)
+	for _, s := range []string{
+		xfcc.EncodeCert(leaf.CertPEM),
+		url.QueryEscape(pemText),
+		url.PathEscape(pemText),
+		xfcc.EncodeCert([]byte(strings.ReplaceAll(pemText, "\n", "\r\n"))),
+		xfcc.EncodeCert([]byte("  " + pemText + "\n\n")),
+		xfcc.EncodeCert([]byte(strings.Replace(pemText, "\n", "\nX: y\n\n", 1))),
+		xfcc.EncodeCert([]byte(pemText + pemText)),
+		xfcc.EncodeCert(leaf.KeyPEM),
+		"-----BEGIN+CERTIFICATE-----%0AAAAA%0A-----END+CERTIFICATE-----",
+		"%ZZ", "%4", "", "foobar",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, gotErr := xfcc.DecodeCert(v)
+		want, wantErr := referenceDecodeCert(v)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("DecodeCert(%q): err %v, reference err %v", v, gotErr, wantErr)
+		}
+		if gotErr != nil {
+			for _, class := range []error{xfcc.ErrNoCert, xfcc.ErrCertEncoding, xfcc.ErrCertPEM, xfcc.ErrCertDER} {
+				if errors.Is(gotErr, class) != errors.Is(wantErr, class) {
+					t.Fatalf("DecodeCert(%q): err %v, reference err %v", v, gotErr, wantErr)
+				}
+			}
+			return
+		}
+		if !got.Equal(want) {
+			t.Fatalf("DecodeCert(%q) decoded another certificate", v)
+		}
+	})
+}
+
+func referenceDecodeCert(v string) (*x509.Certificate, error) {
+	if v == "" {
+		return nil, xfcc.ErrNoCert
+	}
+	s, err := url.QueryUnescape(v)
+	if err != nil {
+		return nil, xfcc.ErrCertEncoding
+	}
+	data := bytes.TrimSpace([]byte(s))
+	if !bytes.HasPrefix(data, []byte("-----BEGIN CERTIFICATE-----")) {
+		return nil, xfcc.ErrCertPEM
+	}
+	block, rest := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" || len(block.Headers) != 0 || len(bytes.TrimSpace(rest)) != 0 {
+		return nil, xfcc.ErrCertPEM
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, xfcc.ErrCertDER
+	}
+	return c, nil
 }

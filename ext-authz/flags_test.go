@@ -1,0 +1,77 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+)
+
+func TestParseFlags(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.NewCA("flags-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(*options) bool
+		wantErr string
+	}{
+		{name: "defaults", check: func(o *options) bool {
+			return o.grpcAddr == ":9001" && o.metricsAddr == ":8080" && o.healthAddr == ":8081" &&
+				o.kymaNamespace == "kcp-system" && o.kubeconfig == "" && o.caFile == "" && o.roots == nil && o.apiTimeout == 10*time.Second
+		}},
+		{name: "flags", args: []string{"--grpc-addr=127.0.0.1:1", "--kyma-namespace=kyma", "--kubeconfig=" + kubeconfig, "--ca-file=" + caFile},
+			check: func(o *options) bool {
+				return o.grpcAddr == "127.0.0.1:1" && o.kymaNamespace == "kyma" && o.kubeconfig == kubeconfig && o.roots != nil
+			}},
+		{name: "environment mirrors flags", env: map[string]string{"EXT_AUTHZ_KYMA_NAMESPACE": "from-env", "EXT_AUTHZ_API_TIMEOUT": "3s"},
+			check: func(o *options) bool { return o.kymaNamespace == "from-env" && o.apiTimeout == 3*time.Second }},
+		{name: "flag wins over environment", args: []string{"--kyma-namespace=from-flag"}, env: map[string]string{"EXT_AUTHZ_KYMA_NAMESPACE": "from-env"},
+			check: func(o *options) bool { return o.kymaNamespace == "from-flag" }},
+		{name: "bad environment value", env: map[string]string{"EXT_AUTHZ_API_TIMEOUT": "soon"}, wantErr: "EXT_AUTHZ_API_TIMEOUT"},
+		{name: "bad namespace", args: []string{"--kyma-namespace=KCP"}, wantErr: "--kyma-namespace"},
+		{name: "bad port", args: []string{"--health-addr=:http"}, wantErr: "--health-addr"},
+		{name: "port out of range", args: []string{"--metrics-addr=:70000"}, wantErr: "--metrics-addr"},
+		{name: "same address", args: []string{"--grpc-addr=:9000", "--health-addr=:9000"}, wantErr: "must differ"},
+		{name: "port 0 may repeat", args: []string{"--grpc-addr=127.0.0.1:0", "--health-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0"},
+			check: func(o *options) bool { return o.grpcAddr == "127.0.0.1:0" }},
+		{name: "missing kubeconfig", args: []string{"--kubeconfig=" + filepath.Join(dir, "nope")}, wantErr: "--kubeconfig"},
+		{name: "CA file without certificates", args: []string{"--ca-file=" + kubeconfig}, wantErr: "no PEM certificate"},
+		{name: "zero timeout", args: []string{"--api-timeout=0s"}, wantErr: "positive"},
+		{name: "positional argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("want an error with %q, got %v", tt.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(o) {
+				t.Fatalf("unexpected options %+v", o)
+			}
+		})
+	}
+}
