@@ -45,6 +45,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
+	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 )
 
 // kymaEvent is the work item: the Kyma to reconcile and the event that
@@ -215,28 +216,6 @@ type reconciler struct {
 	json   bool
 }
 
-// eventLine is the --print=json line for one event:
-//
-//	{"time":"<RFC 3339, when the listener's channel delivered it>","runtimeID":"runtime-1",
-//	 "watched":{"namespace":"kyma-system","name":"default"},
-//	 "gvk":{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"},
-//	 "kyma":"kcp-system/runtime-1","kymaState":"exists"}
-type eventLine struct {
-	Time      time.Time `json:"time"`
-	RuntimeID string    `json:"runtimeID"`
-	Watched   struct {
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-	} `json:"watched"`
-	GVK struct {
-		Group   string `json:"group"`
-		Version string `json:"version"`
-		Kind    string `json:"kind"`
-	} `json:"gvk"`
-	Kyma      string `json:"kyma"`
-	KymaState string `json:"kymaState"`
-}
-
 // Reconcile reads the Kyma (metadata only, from the cache) and reports the
 // event. A real operator would reconcile the Kyma here.
 func (r *reconciler) Reconcile(ctx context.Context, ev kymaEvent) (reconcile.Result, error) {
@@ -252,10 +231,11 @@ func (r *reconciler) Reconcile(ctx context.Context, ev kymaEvent) (reconcile.Res
 		"runtimeID", ev.RuntimeID, "watched", ev.Watched.String(), "gvk", ev.GVK.String(),
 		"kyma", ev.Kyma.String(), "kymaState", state, "received", ev.Received.Format(time.RFC3339Nano))
 	if r.json {
-		line := eventLine{Time: ev.Received, RuntimeID: ev.RuntimeID, Kyma: ev.Kyma.String(), KymaState: state}
-		line.Watched.Namespace, line.Watched.Name = ev.Watched.Namespace, ev.Watched.Name
-		line.GVK.Group, line.GVK.Version, line.GVK.Kind = ev.GVK.Group, ev.GVK.Version, ev.GVK.Kind
-		b, err := json.Marshal(line)
+		b, err := json.Marshal(eventline.Line{
+			Time: ev.Received, RuntimeID: ev.RuntimeID, Kyma: ev.Kyma.String(), KymaState: state,
+			Watched: eventline.Object{Namespace: ev.Watched.Namespace, Name: ev.Watched.Name},
+			GVK:     eventline.GVK{Group: ev.GVK.Group, Version: ev.GVK.Version, Kind: ev.GVK.Kind},
+		})
 		if err != nil {
 			return reconcile.Result{}, err
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
@@ -144,8 +144,8 @@ func (e *kindEnvironment) followOperator(ctx context.Context, log logr.Logger, n
 		}
 		sc := bufio.NewScanner(stream)
 		for sc.Scan() {
-			var ev localenv.ReceivedEvent
-			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.RuntimeID == "" {
+			ev, ok := eventline.Parse(sc.Bytes())
+			if !ok {
 				continue
 			}
 			e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind}

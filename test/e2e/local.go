@@ -66,6 +66,7 @@ func (e *localEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, 
 func (e *localEnvironment) SetGatewayUp(_ context.Context, up bool) error {
 	return e.sys.SetGatewayUp(up)
 }
+
 // Stop stops the system and removes its folder, unless E2E_KEEP_DIR is set
 // (then the process logs stay in <dir>/logs for a look after a failure).
 func (e *localEnvironment) Stop() error {

@@ -19,7 +19,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -70,21 +70,8 @@ const (
 	GatewayHost = "localhost"
 )
 
-// ReceivedEvent is one line of the example operator's JSON output: what it
-// received and when.
-type ReceivedEvent struct {
-	Time      time.Time `json:"time"`
-	RuntimeID string    `json:"runtimeID"`
-	Watched   struct {
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-	} `json:"watched"`
-	GVK struct {
-		Group   string `json:"group"`
-		Version string `json:"version"`
-		Kind    string `json:"kind"`
-	} `json:"gvk"`
-}
+// ReceivedEvent is one event the example operator reported receiving.
+type ReceivedEvent = eventline.Line
 
 // Options of Start.
 type Options struct {
@@ -288,8 +275,8 @@ func (s *System) goRun(f func() error) {
 func readEvents(r io.Reader, out chan<- ReceivedEvent) error {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		var ev ReceivedEvent
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.RuntimeID == "" {
+		ev, ok := eventline.Parse(sc.Bytes())
+		if !ok {
 			continue // not an event line
 		}
 		select {
