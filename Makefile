@@ -49,6 +49,15 @@ build: ## Build every binary into bin/.
 bench: envtest-assets ## Run the benchmarks (figures in their output).
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
 
+FUZZTIME ?= 10m
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./ext-authz/xfcc/
+	go test -run '^$$' -fuzz '^FuzzDecodeCert$$' -fuzztime $(FUZZTIME) ./ext-authz/xfcc/
+	go test -run '^$$' -fuzz '^FuzzIsDNS1123Subdomain$$' -fuzztime $(FUZZTIME) ./ext-authz/pinning/
+	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./skr-webhook/admission/
+
 .PHONY: lint
 lint: ## gofmt check and go vet.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
