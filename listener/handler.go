@@ -34,7 +34,7 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 		return plainError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed, use POST")
 	}
 
-	runtimeID, rej := l.auth.authenticate(r)
+	runtimeID, rej := l.cfg.auth.authenticate(r)
 	if rej != nil {
 		l.log.V(1).Info("event refused", "status", rej.status, "reason", rej.reason, "message", rej.message)
 		return l.reject(w, rej)
@@ -89,10 +89,10 @@ func (l *Listener) enqueue(ev event.GenericEvent) bool {
 		return true
 	default:
 	}
-	if l.enqueueTimeout <= 0 {
+	if l.cfg.enqueueTimeout <= 0 {
 		return false
 	}
-	t := time.NewTimer(l.enqueueTimeout)
+	t := time.NewTimer(l.cfg.enqueueTimeout)
 	defer t.Stop()
 	select {
 	case l.events <- ev:

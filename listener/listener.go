@@ -79,27 +79,16 @@ type Listener struct {
 	manager string
 	path    string
 
-	auth           authenticator
-	events         chan event.GenericEvent
-	enqueueTimeout time.Duration
-	retryAfter     string
-	readHeaderTO   time.Duration
-	readTO         time.Duration
-	writeTO        time.Duration
-	idleTO         time.Duration
-	shutdownTO     time.Duration
-	tlsConfig      *tls.Config
-	certFile       string
-	keyFile        string
-	netListener    net.Listener
-	needLeader     bool
-	log            logr.Logger
-	metrics        *metrics
-	started        atomic.Bool
-	serving        atomic.Bool
-	boundAddr      atomic.Value // string
-	stopped        chan struct{}
-	stopOnce       sync.Once
+	cfg        config // as the options left it
+	events     chan event.GenericEvent
+	retryAfter string // Retry-After header value of cfg.retryAfter
+	log        logr.Logger
+	metrics    *metrics
+	started    atomic.Bool
+	serving    atomic.Bool
+	boundAddr  atomic.Value // string
+	stopped    chan struct{}
+	stopOnce   sync.Once
 }
 
 var (
@@ -173,25 +162,14 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 		log = *c.log
 	}
 	l := &Listener{
-		addr:           addr,
-		manager:        managerName,
-		path:           contract.EventPath(managerName),
-		auth:           c.auth,
-		events:         make(chan event.GenericEvent, c.bufferSize),
-		enqueueTimeout: c.enqueueTimeout,
-		retryAfter:     retryAfterValue(c.retryAfter),
-		readHeaderTO:   c.readHeaderTO,
-		readTO:         c.readTO,
-		writeTO:        c.writeTO,
-		idleTO:         c.idleTO,
-		shutdownTO:     c.shutdownTO,
-		tlsConfig:      c.tlsConfig,
-		certFile:       c.certFile,
-		keyFile:        c.keyFile,
-		netListener:    c.netListener,
-		needLeader:     c.needLeader,
-		log:            log.WithValues("manager", managerName),
-		stopped:        make(chan struct{}),
+		addr:       addr,
+		manager:    managerName,
+		path:       contract.EventPath(managerName),
+		cfg:        c,
+		events:     make(chan event.GenericEvent, c.bufferSize),
+		retryAfter: retryAfterValue(c.retryAfter),
+		log:        log.WithValues("manager", managerName),
+		stopped:    make(chan struct{}),
 	}
 	m, err := newMetrics(managerName, l.events, c.registerer)
 	if err != nil {
@@ -229,7 +207,7 @@ func (l *Listener) ReadyCheck(_ *http.Request) error {
 // NeedLeaderElection implements manager.LeaderElectionRunnable. By default
 // the listener serves only on the leader, where the controllers consuming
 // its events run (see WithLeaderElection).
-func (l *Listener) NeedLeaderElection() bool { return l.needLeader }
+func (l *Listener) NeedLeaderElection() bool { return l.cfg.needLeader }
 
 // Start implements manager.Runnable: it serves until ctx is done, then shuts
 // the HTTP server down gracefully (bounded by the shutdown timeout). It
@@ -241,15 +219,15 @@ func (l *Listener) Start(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler:           l,
-		ReadHeaderTimeout: l.readHeaderTO,
-		ReadTimeout:       l.readTO,
-		WriteTimeout:      l.writeTO,
-		IdleTimeout:       l.idleTO,
+		ReadHeaderTimeout: l.cfg.readHeaderTO,
+		ReadTimeout:       l.cfg.readTO,
+		WriteTimeout:      l.cfg.writeTO,
+		IdleTimeout:       l.cfg.idleTO,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
-	tlsConfig := l.tlsConfig
-	if l.certFile != "" {
-		cw, err := certwatcher.New(l.certFile, l.keyFile)
+	tlsConfig := l.cfg.tlsConfig
+	if l.cfg.certFile != "" {
+		cw, err := certwatcher.New(l.cfg.certFile, l.cfg.keyFile)
 		if err != nil {
 			return fmt.Errorf("listener: loading TLS certificate: %w", err)
 		}
@@ -260,7 +238,7 @@ func (l *Listener) Start(ctx context.Context) error {
 		}()
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate}
 	}
-	ln := l.netListener
+	ln := l.cfg.netListener
 	if ln == nil {
 		var err error
 		var lc net.ListenConfig
@@ -281,7 +259,7 @@ func (l *Listener) Start(ctx context.Context) error {
 		go func() { errc <- srv.Serve(ln) }()
 	}
 	l.serving.Store(true)
-	l.log.Info("serving SKR events", "address", ln.Addr().String(), "path", l.path, "tls", tlsConfig != nil, "identity", l.auth.mode())
+	l.log.Info("serving SKR events", "address", ln.Addr().String(), "path", l.path, "tls", tlsConfig != nil, "identity", l.cfg.auth.mode())
 
 	var err error
 	select {
@@ -298,7 +276,7 @@ func (l *Listener) Start(ctx context.Context) error {
 	}
 	l.serving.Store(false)
 	l.stopOnce.Do(func() { close(l.stopped) })
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.shutdownTO)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.shutdownTO)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		_ = srv.Close()
