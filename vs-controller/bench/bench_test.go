@@ -52,6 +52,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/internal/metricsum"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
@@ -199,30 +200,11 @@ func (r *renaming) Apply(ctx context.Context, ac runtime.ApplyConfiguration, opt
 }
 
 func gather(name string, labels map[string]string) float64 {
-	mfs, err := ctrlmetrics.Registry.Gather()
+	v, err := metricsum.Sum(ctrlmetrics.Registry, name, labels)
 	if err != nil {
 		panic(err)
 	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
-					continue metric
-				}
-			}
-			if m.Counter != nil {
-				total += m.GetCounter().GetValue()
-			} else {
-				total += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return total
+	return v
 }
 
 // idle reports whether both controllers have nothing queued or running.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/internal/metricsum"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
@@ -58,24 +59,9 @@ func watcherStatus(ctx context.Context, key client.ObjectKey) func() (v1beta2.Wa
 
 // counter reads a counter of the in-process controller.
 func counter(name string, labels map[string]string) float64 {
-	mfs, err := ctrlmetrics.Registry.Gather()
+	v, err := metricsum.Sum(ctrlmetrics.Registry, name, labels)
 	Expect(err).NotTo(HaveOccurred())
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
-					continue metric
-				}
-			}
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
+	return v
 }
 
 var _ = Describe("Watcher → VirtualService", func() {
