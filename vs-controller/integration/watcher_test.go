@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"sort"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -200,8 +201,12 @@ var _ = Describe("Watcher → VirtualService", func() {
 		Expect(kcp.Client.Create(ctx, second)).To(Succeed())
 		second.Labels = sel
 		Expect(kcp.Client.Update(ctx, second)).To(Succeed())
+		// The controller lists gateways sorted, so the VirtualService is
+		// stable; which name sorts first depends on the random suffix.
+		wantGateways := []string{gatewayNS + "/hosts-" + suffix, gatewayNS + "/hosts-second-" + suffix}
+		sort.Strings(wantGateways)
 		Eventually(getVS(ctx, key)).Should(And(
-			HaveField("Gateways", []string{gatewayNS + "/hosts-" + suffix, gatewayNS + "/hosts-second-" + suffix}),
+			HaveField("Gateways", wantGateways),
 			HaveField("Hosts", []string{"also.example.com", "new.example.com", "second.example.com"}),
 		))
 
