@@ -32,8 +32,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
 
 // kcpOverlays are the KCP kustomizations a platform team deploys (the base
@@ -527,10 +527,10 @@ var _ = Describe("the samples (manifests/samples)", func() {
 
 	It("give the runtime its kubeconfig Secret as vs-controller looks it up", func() {
 		var s corev1.Secret
-		one(objs, "Secret", runtimes.KubeconfigSecretName(localenv.RuntimeID), &s)
+		one(objs, "Secret", skrclient.SecretName(localenv.RuntimeID), &s)
 		Expect(s.Namespace).To(Equal(localenv.KymaNamespace))
-		Expect(s.StringData).To(HaveKey(runtimes.KubeconfigKey))
-		_, err := runtimes.RESTConfig([]byte(s.StringData[runtimes.KubeconfigKey]))
+		Expect(s.StringData).To(HaveKey(skrclient.SecretKey))
+		_, err := skrclient.RESTConfig([]byte(s.StringData[skrclient.SecretKey]))
 		Expect(err).NotTo(HaveOccurred(), "vs-controller must accept the sample kubeconfig's form")
 	})
 

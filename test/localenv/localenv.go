@@ -43,6 +43,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -383,8 +384,8 @@ func (s *System) applySamples(ctx context.Context) error {
 		return err
 	}
 	if err := c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubeconfig-" + RuntimeID, Namespace: KymaNamespace},
-		Data:       map[string][]byte{"config": kubeconfig},
+		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(RuntimeID), Namespace: KymaNamespace},
+		Data:       map[string][]byte{skrclient.SecretKey: kubeconfig},
 	}); err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ import (
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	istioapiv1 "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -46,13 +48,15 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/internal/metricsum"
+	vsmetrics "github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
@@ -138,7 +142,7 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // isolated gives every runtime its own namespace and webhook configuration
 // name in the one SKR API server (see the package comment).
 type isolated struct {
-	inner *runtimes.KubeconfigClients
+	inner *skrclient.KubeconfigClients
 }
 
 func (i *isolated) For(ctx context.Context, key string, kubeconfig []byte) (client.Client, error) {
@@ -199,31 +203,66 @@ func (r *renaming) Apply(ctx context.Context, ac runtime.ApplyConfiguration, opt
 	return r.Client.Apply(ctx, ac, opts...)
 }
 
-func gather(name string, labels map[string]string) float64 {
-	v, err := metricsum.Sum(ctrlmetrics.Registry, name, labels)
+// crMetric reads one series of controller-runtime's own metrics (workqueue,
+// workers, errors) for a controller. controller-runtime keeps those
+// collectors unexported, so prometheus/testutil cannot reach them; they are
+// read back from its registry.
+func crMetric(name, controller string) float64 {
+	mfs, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		panic(err)
 	}
-	return v
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // idle reports whether both controllers have nothing queued or running.
 func idle() bool {
 	for _, c := range []string{routing.ControllerName, runtimes.ControllerName} {
-		if gather("workqueue_depth", map[string]string{"controller": c}) > 0 ||
-			gather("controller_runtime_active_workers", map[string]string{"controller": c}) > 0 {
+		if crMetric("workqueue_depth", c) > 0 || crMetric("controller_runtime_active_workers", c) > 0 {
 			return false
 		}
 	}
 	return true
 }
 
-func reconciled() float64 {
-	return gather("vs_controller_virtualservice_reconciles_total", nil)
+// total adds a counter's series of the given results.
+func total(vec *prometheus.CounterVec, results ...string) float64 {
+	sum := 0.0
+	for _, r := range results {
+		sum += testutil.ToFloat64(vec.WithLabelValues(r))
+	}
+	return sum
 }
 
+// reconciled counts Watcher reconciles, of every result.
+func reconciled() float64 {
+	return total(vsmetrics.VirtualServiceReconciles, "applied", "unchanged", "deleted", "apply-failed")
+}
+
+// runtimePasses counts runtime reconciles that reached the SKR, of every
+// result.
 func runtimePasses() float64 {
-	return gather("vs_controller_runtime_reconciles_total", nil)
+	return total(vsmetrics.RuntimeReconciles, "applied", "unchanged", "unreachable", "failed", "invalid-kubeconfig", "removed")
+}
+
+// skrClients are vs-controller's runtime clients with the benchmark's
+// request counter.
+func skrClients(wrap transport.WrapperFunc) *skrclient.KubeconfigClients {
+	c := runtimes.SKRClients()
+	c.WrapTransport = wrap
+	return c
 }
 
 type fixture struct {
@@ -291,8 +330,8 @@ func setup(b *testing.B, ctx context.Context) *fixture {
 	parallel(f.r, func(i int) error {
 		id := fmt.Sprintf("runtime-%04d", i)
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: runtimes.KubeconfigSecretName(id)},
-			Data:       map[string][]byte{runtimes.KubeconfigKey: kubeconfig},
+			ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: skrclient.SecretName(id)},
+			Data:       map[string][]byte{skrclient.SecretKey: kubeconfig},
 		}
 		if err := fast.Create(ctx, s); err != nil {
 			return err
@@ -389,7 +428,7 @@ func (f *fixture) startController(b *testing.B, ctx context.Context) (stop func(
 		KymaNamespace:          kymaNS,
 		Issuer:                 cmmeta.IssuerReference{Name: "ca", Kind: "Issuer", Group: "cert-manager.io"},
 		Bundle:                 bundle.Options{KCPAddr: "gateway.kcp.example.com"},
-		Clients:                &isolated{inner: &runtimes.KubeconfigClients{WrapTransport: f.skrCount.wrap}},
+		Clients:                &isolated{inner: skrClients(f.skrCount.wrap)},
 		SkipNameValidation:     true,
 	})
 	if err != nil {
@@ -443,7 +482,7 @@ func (f *fixture) converged(ctx context.Context, c client.Client) (bool, string)
 		secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
 		if err := c.List(ctx, secrets, client.InNamespace(kymaNS)); err == nil {
 			for _, s := range secrets.Items {
-				if strings.HasSuffix(s.Name, runtimes.CertificateSuffix) {
+				if strings.HasSuffix(s.Name, certificates.Suffix) {
 					issued++
 				}
 			}
@@ -513,9 +552,9 @@ func BenchmarkSteadyState(b *testing.B) {
 			if why != last && time.Since(lastLog) > 10*time.Second {
 				// Progress goes to stderr at once; b.Logf shows only at the end.
 				fmt.Fprintf(os.Stderr, "vsbench %5.0fs: %s; runtime queue %v, errors %v, retries %v\n", time.Since(start).Seconds(), why,
-					gather("workqueue_depth", map[string]string{"controller": runtimes.ControllerName}),
-					gather("controller_runtime_reconcile_errors_total", map[string]string{"controller": runtimes.ControllerName}),
-					gather("workqueue_retries_total", map[string]string{"controller": runtimes.ControllerName}))
+					crMetric("workqueue_depth", runtimes.ControllerName),
+					crMetric("controller_runtime_reconcile_errors_total", runtimes.ControllerName),
+					crMetric("workqueue_retries_total", runtimes.ControllerName))
 				last, lastLog = why, time.Now()
 			}
 			if time.Since(start) > 20*time.Minute {

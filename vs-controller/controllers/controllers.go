@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
@@ -48,9 +49,9 @@ type Options struct {
 	ExtraDNSNames    []string
 	Bundle           bundle.Options
 
-	// Clients of the runtime clusters; a KubeconfigClients with
+	// Clients of the runtime clusters; runtimes.SKRClients() with
 	// SKRTimeout when nil.
-	Clients    runtimes.ClusterClients
+	Clients    skrclient.ClusterClients
 	SKRTimeout time.Duration
 	// WatcherDebounce, Resync: see runtimes.Reconciler.
 	WatcherDebounce time.Duration
@@ -117,7 +118,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	clients := o.Clients
 	if clients == nil {
-		clients = &runtimes.KubeconfigClients{Timeout: o.SKRTimeout}
+		c := runtimes.SKRClients()
+		c.Timeout = o.SKRTimeout
+		clients = c
 	}
 	rr := &runtimes.Reconciler{
 		Client:                  mgr.GetClient(),

@@ -22,7 +22,9 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
 
@@ -43,8 +45,8 @@ func newKyma(name, runtimeID, domain string) *unstructured.Unstructured {
 
 func kubeconfigSecret(runtimeID string, kubeconfig []byte) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: runtimes.KubeconfigSecretName(runtimeID)},
-		Data:       map[string][]byte{runtimes.KubeconfigKey: kubeconfig},
+		ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: skrclient.SecretName(runtimeID)},
+		Data:       map[string][]byte{skrclient.SecretKey: kubeconfig},
 	}
 }
 
@@ -130,7 +132,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Expect(leaf.DNSNames).To(ContainElements(domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"))
 		Expect(tls.Data[bundle.KeyKey]).NotTo(BeEmpty())
 		kcpSecret := &corev1.Secret{}
-		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, kcpSecret)).To(Succeed())
+		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(runtimeID)}, kcpSecret)).To(Succeed())
 		Expect(tls.Data[bundle.KeyKey]).To(Equal(kcpSecret.Data[bundle.KeyKey]), "the SKR gets the issued key pair")
 
 		dep := &appsv1.Deployment{}
@@ -220,7 +222,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 			return s.Data[bundle.KeyCert], err
 		}).ShouldNot(Equal(old.Data[bundle.KeyCert]))
 		kcpSecret := &corev1.Secret{}
-		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, kcpSecret)).To(Succeed())
+		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(runtimeID)}, kcpSecret)).To(Succeed())
 		Eventually(func() ([]byte, error) {
 			s := &corev1.Secret{}
 			err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, s)
@@ -251,7 +253,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Eventually(webhookNames(ctx)).Should(ContainElement(watcherNS + ".while-dead.operator.kyma-project.io"))
 
 		By("deleting the dead runtime: without its kubeconfig the bundle is left in place")
-		Expect(kcp.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: runtimes.KubeconfigSecretName("runtime-dead")}})).To(Succeed())
+		Expect(kcp.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: skrclient.SecretName("runtime-dead")}})).To(Succeed())
 		dk := newKyma("runtime-dead", "", "")
 		Expect(kcp.Client.Delete(ctx, dk)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKeyFromObject(dk), dk)) }).Should(BeTrue())
@@ -295,7 +297,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 
 		_, err := certificateOf(ctx, runtimeID)
 		Expect(apierrors.IsNotFound(err)).To(BeTrue())
-		err = kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, &corev1.Secret{})
+		err = kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(runtimeID)}, &corev1.Secret{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue())
 	})
 })

@@ -29,8 +29,8 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
 
 const (
@@ -183,7 +183,7 @@ func usableWebhookNames(ctx context.Context) []string {
 // certificateOf returns a runtime's Certificate in the KCP.
 func certificateOf(ctx context.Context, runtimeID string) (*certmanagerv1.Certificate, error) {
 	c := &certmanagerv1.Certificate{}
-	return c, kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: runtimes.CertificateName(runtimeID)}, c)
+	return c, kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(runtimeID)}, c)
 }
 
 func kubeconfigOf(c *testenv.Cluster) []byte {

@@ -6,17 +6,17 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/internal/metricsum"
+	vsmetrics "github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
@@ -56,13 +56,6 @@ func watcherStatus(ctx context.Context, key client.ObjectKey) func() (v1beta2.Wa
 		err := kcp.Client.Get(ctx, key, w)
 		return w.Status, err
 	}
-}
-
-// counter reads a counter of the in-process controller.
-func counter(name string, labels map[string]string) float64 {
-	v, err := metricsum.Sum(ctrlmetrics.Registry, name, labels)
-	Expect(err).NotTo(HaveOccurred())
-	return v
 }
 
 var _ = Describe("Watcher → VirtualService", func() {
@@ -116,13 +109,13 @@ var _ = Describe("Watcher → VirtualService", func() {
 		Expect(kcp.Client.Get(ctx, key, vs)).To(Succeed())
 		Expect(kcp.Client.Get(ctx, key, w)).To(Succeed())
 		vsRV, wRV := vs.ResourceVersion, w.ResourceVersion
-		before := counter("vs_controller_virtualservice_reconciles_total", map[string]string{"result": "unchanged"})
+		before := testutil.ToFloat64(vsmetrics.VirtualServiceReconciles.WithLabelValues("unchanged"))
 		gw := &istionetworkingv1.Gateway{}
 		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: gatewayNS, Name: "shape-a-" + suffix}, gw)).To(Succeed())
 		gw.Labels["unrelated"] = "touch" // still selected: triggers a reconcile of the Watcher
 		Expect(kcp.Client.Update(ctx, gw)).To(Succeed())
 		Eventually(func() float64 {
-			return counter("vs_controller_virtualservice_reconciles_total", map[string]string{"result": "unchanged"})
+			return testutil.ToFloat64(vsmetrics.VirtualServiceReconciles.WithLabelValues("unchanged"))
 		}).Should(BeNumerically(">", before))
 		Expect(kcp.Client.Get(ctx, key, vs)).To(Succeed())
 		Expect(kcp.Client.Get(ctx, key, w)).To(Succeed())

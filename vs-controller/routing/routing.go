@@ -33,6 +33,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 )
 
 const (
@@ -149,7 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.Patch(ctx, w, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
-		recordWrite("watcher-finalizer")
+		metrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
 	}
 
 	vs, reason, err := r.desired(ctx, w)
@@ -171,14 +172,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	wrote, err := apply.Ensure(ctx, r.Client, FieldOwner, desired, live)
 	if err != nil {
-		decisions.WithLabelValues("apply-failed").Inc()
+		metrics.VirtualServiceReconciles.WithLabelValues("apply-failed").Inc()
 		return ctrl.Result{}, r.fail(ctx, w, ReasonApplyFailed, err)
 	}
 	if wrote {
-		recordWrite("virtualservice")
-		decisions.WithLabelValues("applied").Inc()
+		metrics.WatcherWrites.WithLabelValues("virtualservice").Inc()
+		metrics.VirtualServiceReconciles.WithLabelValues("applied").Inc()
 	} else {
-		decisions.WithLabelValues("unchanged").Inc()
+		metrics.VirtualServiceReconciles.WithLabelValues("unchanged").Inc()
 	}
 	return ctrl.Result{}, r.setStatus(ctx, w, v1beta2.StateReady, metav1.ConditionTrue, ReasonApplied,
 		fmt.Sprintf("VirtualService routes %s through %d Gateway(s)", contract.EventPath(w.ManagerName()), len(vs.Spec.Gateways)))
@@ -289,7 +290,7 @@ func (r *Reconciler) setStatus(ctx context.Context, w *v1beta2.Watcher, state v1
 	if err := r.Client.Status().Patch(ctx, w, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
-	recordWrite("watcher-status")
+	metrics.WatcherWrites.WithLabelValues("watcher-status").Inc()
 	if changed && r.Recorder != nil {
 		typ := corev1.EventTypeNormal
 		if status != metav1.ConditionTrue {
@@ -319,8 +320,8 @@ func (r *Reconciler) finalize(ctx context.Context, w *v1beta2.Watcher) error {
 				}
 				return fmt.Errorf("delete VirtualService: %w", err)
 			}
-			recordWrite("virtualservice-delete")
-			decisions.WithLabelValues("deleted").Inc()
+			metrics.WatcherWrites.WithLabelValues("virtualservice-delete").Inc()
+			metrics.VirtualServiceReconciles.WithLabelValues("deleted").Inc()
 		}
 	}
 	orig := w.DeepCopy()
@@ -328,6 +329,6 @@ func (r *Reconciler) finalize(ctx context.Context, w *v1beta2.Watcher) error {
 	if err := r.Client.Patch(ctx, w, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
-	recordWrite("watcher-finalizer")
+	metrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
 	return nil
 }

@@ -1,27 +1,70 @@
-package runtimes
+// Package skrclient gives KCP components a client of a runtime's (SKR's)
+// cluster: it reads the runtime's kubeconfig Secret (Lifecycle Manager's
+// convention: Secret kubeconfig-<runtime-id>, key "config", in the Kyma
+// namespace), refuses kubeconfigs that would run commands or read local
+// files, and caches one controller-runtime client per runtime for as long
+// as the kubeconfig stays the same.
+//
+// The caller chooses what the clients know: a scheme and a static REST
+// mapper of the kinds it reads and writes in the runtimes, so no client
+// ever sends discovery requests. vs-controller passes the kinds of its SKR
+// bundle (package vs-controller/bundle).
+package skrclient
 
 import (
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// MaxKubeconfigBytes bounds a runtime's kubeconfig.
-const MaxKubeconfigBytes = 256 << 10
+const (
+	// SecretPrefix + runtime ID names a runtime's kubeconfig Secret.
+	SecretPrefix = "kubeconfig-"
+	// SecretKey is the kubeconfig's key in that Secret.
+	SecretKey = "config"
+	// MaxKubeconfigBytes bounds a runtime's kubeconfig.
+	MaxKubeconfigBytes = 256 << 10
+	// DefaultTimeout of every request to a runtime.
+	DefaultTimeout = 10 * time.Second
+)
+
+// SecretName is the name of a runtime's kubeconfig Secret.
+func SecretName(runtimeID string) string { return SecretPrefix + runtimeID }
+
+// RuntimeIDOfSecret is the runtime ID a kubeconfig Secret's name carries;
+// false when the name is not a kubeconfig Secret's.
+func RuntimeIDOfSecret(secretName string) (string, bool) {
+	id, ok := strings.CutPrefix(secretName, SecretPrefix)
+	return id, ok && id != ""
+}
+
+// Kubeconfig reads runtime runtimeID's kubeconfig from its Secret in
+// namespace; nil without error when the Secret does not exist.
+func Kubeconfig(ctx context.Context, c client.Reader, namespace, runtimeID string) ([]byte, error) {
+	s := &corev1.Secret{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: SecretName(runtimeID)}, s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.Data[SecretKey], nil
+}
 
 // ClusterClients gives the client of a runtime's cluster.
 type ClusterClients interface {
@@ -36,10 +79,17 @@ type ClusterClients interface {
 // KubeconfigClients builds and caches one client per runtime, keyed by the
 // runtime and the kubeconfig's content. Clients have a short timeout so an
 // unreachable runtime fails fast instead of holding a worker, know only the
-// bundle's kinds (no discovery requests) and refuse kubeconfigs that would
-// run commands or read local files in the controller.
+// kinds of Scheme and Mapper (no discovery requests) and refuse kubeconfigs
+// that would run commands or read local files in the controller.
 type KubeconfigClients struct {
-	// Timeout of every request; 10s when 0.
+	// Scheme and Mapper of every runtime client (required): the kinds the
+	// caller uses in the runtimes. Mapper should be static (e.g.
+	// NewRESTMapper) so that no client sends discovery requests.
+	Scheme *runtime.Scheme
+	Mapper meta.RESTMapper
+	// UserAgent of the requests; client-go's default when empty.
+	UserAgent string
+	// Timeout of every request; DefaultTimeout when 0.
 	Timeout time.Duration
 	// QPS and Burst of each runtime's client (client-go defaults when 0).
 	QPS   float32
@@ -61,6 +111,9 @@ var _ ClusterClients = (*KubeconfigClients)(nil)
 
 // For implements ClusterClients.
 func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte) (client.Client, error) {
+	if k.Scheme == nil || k.Mapper == nil {
+		return nil, errors.New("skrclient: KubeconfigClients needs a Scheme and a Mapper")
+	}
 	sum := sha256.Sum256(kubeconfig)
 	k.mu.Lock()
 	if c, ok := k.clients[key]; ok && c.sum == sum {
@@ -75,14 +128,14 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	}
 	cfg.Timeout = k.Timeout
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	cfg.QPS, cfg.Burst = k.QPS, k.Burst
-	cfg.UserAgent = "vs-controller"
+	cfg.UserAgent = k.UserAgent
 	if k.WrapTransport != nil {
 		cfg.Wrap(k.WrapTransport)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: skrScheme, Mapper: skrMapper})
+	c, err := client.New(cfg, client.Options{Scheme: k.Scheme, Mapper: k.Mapper})
 	if err != nil {
 		return nil, fmt.Errorf("client for runtime cluster: %w", err)
 	}
@@ -100,6 +153,20 @@ func (k *KubeconfigClients) Forget(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.clients, key)
+}
+
+// NewRESTMapper is a static REST mapper of the given kinds (true: cluster
+// scoped, false: namespaced).
+func NewRESTMapper(kinds map[schema.GroupVersionKind]bool) meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for gvk, clusterScoped := range kinds {
+		scope := meta.RESTScopeNamespace
+		if clusterScoped {
+			scope = meta.RESTScopeRoot
+		}
+		m.Add(gvk, scope)
+	}
+	return m
 }
 
 // RESTConfig parses a runtime's kubeconfig (its current context). It fails
@@ -137,22 +204,4 @@ func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	return cfg, nil
-}
-
-// The kinds of the SKR bundle: a static scheme and REST mapper, so runtime
-// clients never need discovery.
-var (
-	skrScheme = runtime.NewScheme()
-	skrMapper = meta.NewDefaultRESTMapper(nil)
-)
-
-func init() {
-	utilruntime.Must(corev1.AddToScheme(skrScheme))
-	utilruntime.Must(appsv1.AddToScheme(skrScheme))
-	utilruntime.Must(admissionregistrationv1.AddToScheme(skrScheme))
-	skrMapper.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
-	skrMapper.Add(corev1.SchemeGroupVersion.WithKind("Secret"), meta.RESTScopeNamespace)
-	skrMapper.Add(corev1.SchemeGroupVersion.WithKind("Service"), meta.RESTScopeNamespace)
-	skrMapper.Add(appsv1.SchemeGroupVersion.WithKind("Deployment"), meta.RESTScopeNamespace)
-	skrMapper.Add(admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"), meta.RESTScopeRoot)
 }

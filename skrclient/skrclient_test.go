@@ -1,0 +1,154 @@
+package skrclient_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+)
+
+const kubeconfigTmpl = `apiVersion: v1
+kind: Config
+clusters:
+- name: skr
+  cluster:
+    server: https://127.0.0.1:6443
+    %CLUSTER%
+users:
+- name: admin
+  user:
+    %USER%
+contexts:
+- name: skr
+  context: {cluster: skr, user: admin}
+current-context: skr
+`
+
+func kubeconfig(cluster, user string) []byte {
+	s := strings.ReplaceAll(kubeconfigTmpl, "%CLUSTER%", cluster)
+	return []byte(strings.ReplaceAll(s, "%USER%", user))
+}
+
+func TestRESTConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		data   []byte
+		errSub string
+	}{
+		{"inline token", kubeconfig("insecure-skip-tls-verify: true", "token: abc"), ""},
+		{"exec plugin", kubeconfig("insecure-skip-tls-verify: true", "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}"), "exec"},
+		{"auth provider", kubeconfig("insecure-skip-tls-verify: true", "auth-provider: {name: oidc}"), "auth provider"},
+		{"client cert file", kubeconfig("insecure-skip-tls-verify: true", "client-certificate: /etc/passwd"), "local files"},
+		{"token file", kubeconfig("insecure-skip-tls-verify: true", "tokenFile: /var/run/secrets/token"), "local files"},
+		{"CA file", kubeconfig("certificate-authority: /etc/ssl/ca.pem", "token: abc"), "CA file"},
+		{"empty", nil, "empty"},
+		{"garbage", []byte("{{{"), "parse"},
+		{"too large", make([]byte, skrclient.MaxKubeconfigBytes+1), "limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := skrclient.RESTConfig(tc.data)
+			if tc.errSub == "" {
+				if err != nil || cfg.Host != "https://127.0.0.1:6443" || cfg.BearerToken != "abc" {
+					t.Fatalf("cfg %+v err %v", cfg, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.errSub) {
+				t.Fatalf("err %v, want one containing %q", err, tc.errSub)
+			}
+		})
+	}
+}
+
+func TestKubeconfigClientsCache(t *testing.T) {
+	k := newClients()
+	a := kubeconfig("insecure-skip-tls-verify: true", "token: abc")
+	c1, err := k.For(t.Context(), "kcp-system/r1", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := k.For(t.Context(), "kcp-system/r1", a)
+	if c1 != c2 {
+		t.Fatal("same kubeconfig built a new client")
+	}
+	c3, _ := k.For(t.Context(), "kcp-system/r1", kubeconfig("insecure-skip-tls-verify: true", "token: rotated"))
+	if c3 == c1 {
+		t.Fatal("changed kubeconfig reused the old client")
+	}
+	k.Forget("kcp-system/r1")
+	c4, _ := k.For(t.Context(), "kcp-system/r1", kubeconfig("insecure-skip-tls-verify: true", "token: rotated"))
+	if c4 == c3 {
+		t.Fatal("Forget kept the client")
+	}
+}
+
+// newClients knows Secrets only.
+func newClients() *skrclient.KubeconfigClients {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(scheme))
+	return &skrclient.KubeconfigClients{
+		Scheme: scheme,
+		Mapper: skrclient.NewRESTMapper(map[schema.GroupVersionKind]bool{corev1.SchemeGroupVersion.WithKind("Secret"): false}),
+	}
+}
+
+func TestKubeconfigClientsNeedSchemeAndMapper(t *testing.T) {
+	_, err := (&skrclient.KubeconfigClients{}).For(t.Context(), "r1", kubeconfig("insecure-skip-tls-verify: true", "token: abc"))
+	if err == nil {
+		t.Fatal("a client without scheme and mapper was built")
+	}
+}
+
+func TestRESTMapper(t *testing.T) {
+	m := skrclient.NewRESTMapper(map[schema.GroupVersionKind]bool{
+		corev1.SchemeGroupVersion.WithKind("Namespace"): true,
+		corev1.SchemeGroupVersion.WithKind("Secret"):    false,
+	})
+	for kind, want := range map[string]string{"Namespace": "root", "Secret": "namespace"} {
+		gvk := corev1.SchemeGroupVersion.WithKind(kind)
+		mapping, err := m.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(mapping.Scope.Name()); got != want {
+			t.Errorf("%s: scope %s, want %s", kind, got, want)
+		}
+	}
+	if _, err := m.RESTMapping(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "v1"); err == nil {
+		t.Error("an unlisted kind was mapped")
+	}
+}
+
+func TestKubeconfig(t *testing.T) {
+	kcp := fake.NewClientBuilder().WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kcp-system", Name: "kubeconfig-r1"}, Data: map[string][]byte{"config": []byte("kc")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "kubeconfig-r2"}, Data: map[string][]byte{"config": []byte("kc")}},
+	).Build()
+	got, err := skrclient.Kubeconfig(t.Context(), kcp, "kcp-system", "r1")
+	if err != nil || string(got) != "kc" {
+		t.Fatalf("r1: %q, %v", got, err)
+	}
+	got, err = skrclient.Kubeconfig(t.Context(), kcp, "kcp-system", "r2")
+	if err != nil || got != nil {
+		t.Fatalf("r2 (other namespace): %q, %v", got, err)
+	}
+}
+
+func TestRuntimeIDOfSecret(t *testing.T) {
+	for name, want := range map[string]string{"kubeconfig-r1": "r1", "kubeconfig-": "", "r1-webhook-tls": "", "config": ""} {
+		id, ok := skrclient.RuntimeIDOfSecret(name)
+		if id != want && ok || ok != (want != "") {
+			t.Errorf("%s: %q %t, want %q", name, id, ok, want)
+		}
+		if ok && skrclient.SecretName(id) != name {
+			t.Errorf("%s: SecretName(%q) = %q", name, id, skrclient.SecretName(id))
+		}
+	}
+}

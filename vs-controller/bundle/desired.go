@@ -1,0 +1,158 @@
+package bundle
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"sync"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+)
+
+// The kinds of the bundle.
+var (
+	NamespaceGVK                      = corev1.SchemeGroupVersion.WithKind("Namespace")
+	SecretGVK                         = corev1.SchemeGroupVersion.WithKind("Secret")
+	ServiceGVK                        = corev1.SchemeGroupVersion.WithKind("Service")
+	DeploymentGVK                     = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	ValidatingWebhookConfigurationGVK = admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration")
+)
+
+// Kinds are the bundle's kinds, true for the cluster-scoped ones: all a
+// runtime client of vs-controller needs to know.
+func Kinds() map[schema.GroupVersionKind]bool {
+	return map[schema.GroupVersionKind]bool{
+		NamespaceGVK: true, SecretGVK: false, ServiceGVK: false, DeploymentGVK: false,
+		ValidatingWebhookConfigurationGVK: true,
+	}
+}
+
+// Scheme has the bundle's kinds.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(appsv1.AddToScheme(s))
+	utilruntime.Must(admissionregistrationv1.AddToScheme(s))
+	return s
+}
+
+// TLS is a runtime's issued certificate: the Secret keys KeyCA, KeyCert and
+// KeyKey.
+type TLS struct{ CA, Cert, Key []byte }
+
+// Desired is the bundle in apply order (namespace, Secret, Service,
+// Deployment, then webhooks, the webhook configuration from
+// WebhookConfigurations), each with apply's hash annotation.
+func Desired(o Options, tls TLS, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	ns, err := Namespace(o)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := Service(o)
+	if err != nil {
+		return nil, err
+	}
+	dep, err := Deployment(o)
+	if err != nil {
+		return nil, err
+	}
+	objs := []struct {
+		obj runtime.Object
+		gvk schema.GroupVersionKind
+	}{
+		{ns, NamespaceGVK},
+		{Secret(o, tls.CA, tls.Cert, tls.Key), SecretGVK},
+		{svc, ServiceGVK},
+		{dep, DeploymentGVK},
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs)+1)
+	for _, obj := range objs {
+		u, err := apply.Desired(obj.obj, obj.gvk)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return append(out, webhooks), nil
+}
+
+// Ref names one bundle object in a runtime.
+type Ref struct {
+	GVK schema.GroupVersionKind
+	Key client.ObjectKey
+}
+
+// Removal lists the bundle objects to delete when a runtime leaves, in
+// order: the webhook configuration first so the API server stops calling,
+// then the Deployment, Service and Secret. The namespace is not listed (it
+// is shared).
+func Removal(o Options) []Ref {
+	ns := o.namespace()
+	return []Ref{
+		{ValidatingWebhookConfigurationGVK, client.ObjectKey{Name: Name}},
+		{DeploymentGVK, client.ObjectKey{Namespace: ns, Name: Name}},
+		{ServiceGVK, client.ObjectKey{Namespace: ns, Name: Name}},
+		{SecretGVK, client.ObjectKey{Namespace: ns, Name: SecretName}},
+	}
+}
+
+// maxCachedWebhookConfigs bounds the cache of built webhook configurations
+// (one per CA in use).
+const maxCachedWebhookConfigs = 16
+
+// WebhookConfigurations builds the webhook configuration of a set of
+// Watchers and a CA once: runtimes signed by the same issuer share it. The
+// zero value is ready to use and safe for concurrent use.
+type WebhookConfigurations struct {
+	mu    sync.Mutex
+	cache map[string]*unstructured.Unstructured
+}
+
+// Desired is WebhookConfiguration(o, watchers, caBundle) with apply's hash
+// annotation. The result is shared and must not be modified. o must be the
+// same in every call.
+func (c *WebhookConfigurations) Desired(o Options, watchers []v1beta2.Watcher, caBundle []byte) (*unstructured.Unstructured, error) {
+	// Lists come in no particular order: fingerprint a sorted list.
+	lines := make([]string, 0, len(watchers))
+	for i := range watchers {
+		w := &watchers[i]
+		lines = append(lines, fmt.Sprintf("%s/%s/%s/%d/%s/%t", w.Namespace, w.Name, w.UID, w.Generation, w.Labels[contract.LabelManagedBy], w.DeletionTimestamp != nil))
+	}
+	sort.Strings(lines)
+	h := sha256.New()
+	for _, l := range lines {
+		h.Write([]byte(l + "\n"))
+	}
+	h.Write(caBundle)
+	key := string(h.Sum(nil))
+
+	c.mu.Lock()
+	if u, ok := c.cache[key]; ok {
+		c.mu.Unlock()
+		return u, nil
+	}
+	c.mu.Unlock()
+
+	u, err := apply.Desired(WebhookConfiguration(o, watchers, caBundle), ValidatingWebhookConfigurationGVK)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cache == nil || len(c.cache) >= maxCachedWebhookConfigs {
+		c.cache = map[string]*unstructured.Unstructured{}
+	}
+	c.cache[key] = u
+	return u, nil
+}

@@ -1,0 +1,104 @@
+// Package certificates builds and reads a runtime's cert-manager
+// Certificate in the KCP (ARCHITECTURE.md §3.2): named
+// <runtime-id>-webhook-tls like its Secret, in the Kyma's namespace and
+// owned by the Kyma, with the runtime ID as common name. The issued
+// certificate is the SKR webhook's serving and client certificate.
+//
+// It only builds and reads; writing is the runtime reconciler's job.
+package certificates
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+)
+
+const (
+	// Suffix: runtime ID + Suffix names the runtime's Certificate and its
+	// Secret.
+	Suffix = "-webhook-tls"
+	// MaxCommonNameLength bounds a runtime ID (the common name).
+	MaxCommonNameLength = 64
+)
+
+// GVK of cert-manager's Certificate.
+var GVK = certmanagerv1.SchemeGroupVersion.WithKind("Certificate")
+
+// Name is the name of a runtime's Certificate and its Secret.
+func Name(runtimeID string) string { return runtimeID + Suffix }
+
+// RuntimeIDOfSecret is the runtime ID a Certificate Secret's name carries;
+// false when the name is not a Certificate Secret's.
+func RuntimeIDOfSecret(secretName string) (string, bool) {
+	id, ok := strings.CutSuffix(secretName, Suffix)
+	return id, ok && id != ""
+}
+
+// ValidRuntimeID fails when id cannot name a Certificate or be its common
+// name.
+func ValidRuntimeID(id string) error {
+	if errs := validation.IsDNS1123Subdomain(Name(id)); len(errs) > 0 || len(id) > MaxCommonNameLength {
+		return fmt.Errorf("runtime ID %q cannot name a certificate: it must be a DNS-1123 subdomain of at most %d characters", id, MaxCommonNameLength)
+	}
+	return nil
+}
+
+// Desired is runtime id's Certificate, owned by the Kyma: DNS names the
+// skr-domain, then dnsNames (deduplicated, empty ones left out).
+func Desired(kyma client.Object, id, domain string, issuer cmmeta.IssuerReference, dnsNames []string) *certmanagerv1.Certificate {
+	dns := []string{domain}
+	seen := map[string]bool{domain: true}
+	for _, n := range dnsNames {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			dns = append(dns, n)
+		}
+	}
+	return &certmanagerv1.Certificate{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            Name(id),
+			Namespace:       kyma.GetNamespace(),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(kyma, v1beta2.KymaGroupVersionKind)},
+		},
+		Spec: certmanagerv1.CertificateSpec{
+			CommonName: id,
+			DNSNames:   dns,
+			SecretName: Name(id),
+			IssuerRef:  issuer,
+			Usages: []certmanagerv1.KeyUsage{
+				certmanagerv1.UsageDigitalSignature, certmanagerv1.UsageKeyEncipherment,
+				certmanagerv1.UsageServerAuth, certmanagerv1.UsageClientAuth,
+			},
+		},
+	}
+}
+
+// Issued reads runtime id's certificate from its Secret in namespace; nil
+// without error when the Secret does not exist or lacks one of ca.crt,
+// tls.crt, tls.key.
+func Issued(ctx context.Context, c client.Reader, namespace, id string) (*bundle.TLS, error) {
+	s := &corev1.Secret{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: Name(id)}, s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := &bundle.TLS{CA: s.Data[bundle.KeyCA], Cert: s.Data[bundle.KeyCert], Key: s.Data[bundle.KeyKey]}
+	if len(t.CA) == 0 || len(t.Cert) == 0 || len(t.Key) == 0 {
+		return nil, nil
+	}
+	return t, nil
+}

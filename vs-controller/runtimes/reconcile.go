@@ -1,0 +1,217 @@
+package runtimes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+)
+
+// Reconcile brings one runtime's Certificate and SKR bundle up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	kyma := NewKyma()
+	if err := r.Client.Get(ctx, req.NamespacedName, kyma); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.String())
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	kyma.SetGroupVersionKind(kymaGVK)
+	id := RuntimeID(kyma)
+	domain := kyma.GetAnnotations()[contract.AnnotationSKRDomain]
+	if kyma.GetDeletionTimestamp() != nil || domain == "" {
+		// A Kyma without skr-domain is none of our business; if it had
+		// one before, its bundle goes.
+		return ctrl.Result{}, r.finalize(ctx, kyma)
+	}
+	if err := certificates.ValidRuntimeID(id); err != nil {
+		r.event(kyma, corev1.EventTypeWarning, ReasonInvalidRuntime, err.Error())
+		return ctrl.Result{}, nil
+	}
+	kubeconfig, err := skrclient.Kubeconfig(ctx, r.Client, r.KymaNamespace, id)
+	if err != nil || kubeconfig == nil {
+		// No kubeconfig Secret (yet): its creation triggers the next pass.
+		return ctrl.Result{}, err
+	}
+
+	if !controllerutil.ContainsFinalizer(kyma, Finalizer) {
+		orig := kyma.DeepCopy()
+		controllerutil.AddFinalizer(kyma, Finalizer)
+		if err := r.Client.Patch(ctx, kyma, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+		recordWrite("kyma-finalizer")
+		kyma.SetGroupVersionKind(kymaGVK)
+	}
+
+	if err := r.ensureCertificate(ctx, kyma, id, domain); err != nil {
+		r.event(kyma, corev1.EventTypeWarning, ReasonCertificate, err.Error())
+		return ctrl.Result{}, err
+	}
+	tls, err := certificates.Issued(ctx, r.Client, r.KymaNamespace, id)
+	if err != nil || tls == nil {
+		// Not issued yet: the Secret's creation triggers the next pass.
+		return ctrl.Result{}, err
+	}
+
+	skr, err := r.Clients.For(ctx, req.String(), kubeconfig)
+	if err != nil {
+		// A kubeconfig we refuse or cannot parse: retrying does not help,
+		// a change of its Secret triggers the next pass.
+		r.event(kyma, corev1.EventTypeWarning, ReasonInvalidKubeconfig, err.Error())
+		recordOutcome("invalid-kubeconfig")
+		return ctrl.Result{}, nil
+	}
+	wrote, err := r.applyBundle(ctx, req.String(), skr, tls)
+	if err != nil {
+		reason := ReasonBundleFailed
+		if isUnreachable(err) {
+			reason = ReasonUnreachable
+			recordOutcome("unreachable")
+		} else {
+			recordOutcome("failed")
+		}
+		r.event(kyma, corev1.EventTypeWarning, reason, err.Error())
+		return ctrl.Result{}, err
+	}
+	if wrote > 0 {
+		recordOutcome("applied")
+		r.event(kyma, corev1.EventTypeNormal, ReasonBundleApplied, fmt.Sprintf("applied %d object(s) of the SKR bundle", wrote))
+	} else {
+		recordOutcome("unchanged")
+	}
+	if r.Resync > 0 {
+		return ctrl.Result{RequeueAfter: r.Resync}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// ensureCertificate writes the runtime's Certificate when it differs from
+// the desired one.
+func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, id, domain string) error {
+	dnsNames := append(r.Bundle.ServiceDNSNames(), r.ExtraDNSNames...)
+	desired, err := apply.Desired(certificates.Desired(kyma, id, domain, r.Issuer, dnsNames), certificates.GVK)
+	if err != nil {
+		return err
+	}
+	var live client.Object
+	cur := &certmanagerv1.Certificate{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: kyma.GetNamespace(), Name: certificates.Name(id)}, cur); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		live = cur
+	}
+	wrote, err := apply.Ensure(ctx, r.Client, FieldOwner, desired, live)
+	if wrote {
+		recordWrite("certificate")
+	}
+	return err
+}
+
+// desiredBundle is the SKR bundle in apply order, its webhook configuration
+// built from all Watchers.
+func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS) ([]*unstructured.Unstructured, error) {
+	var watchers v1beta2.WatcherList
+	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	vwc, err := r.webhooks.Desired(r.Bundle, watchers.Items, tls.CA)
+	if err != nil {
+		return nil, err
+	}
+	return bundle.Desired(r.Bundle, *tls, vwc)
+}
+
+// applyBundle writes the bundle objects that differ from the SKR's and
+// returns how many it wrote. An object known to be up to date at its
+// current resourceVersion costs one metadata read; others are read in full
+// and compared.
+func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr client.Client, tls *bundle.TLS) (int, error) {
+	objs, err := r.desiredBundle(ctx, tls)
+	if err != nil {
+		return 0, err
+	}
+	wrote := 0
+	for _, desired := range objs {
+		key := client.ObjectKeyFromObject(desired)
+		memoKey := runtimeKey + "|" + desired.GetKind() + "|" + key.String()
+		hash := desired.GetAnnotations()[apply.HashAnnotation]
+		readErr := func(err error) error {
+			return fmt.Errorf("read %s %s in the runtime: %w", desired.GetKind(), key, err)
+		}
+
+		var live client.Object
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(desired.GroupVersionKind())
+		switch err := skr.Get(ctx, key, meta); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return wrote, readErr(err)
+		case r.memo.Known(memoKey, meta.GetResourceVersion(), hash):
+			continue
+		default:
+			full := &unstructured.Unstructured{}
+			full.SetGroupVersionKind(desired.GroupVersionKind())
+			if err := skr.Get(ctx, key, full); err != nil && !apierrors.IsNotFound(err) {
+				return wrote, readErr(err)
+			} else if err == nil {
+				live = full
+			}
+		}
+		ok, err := apply.UpToDate(desired, live)
+		if err != nil {
+			return wrote, err
+		}
+		if ok {
+			r.memo.Record(memoKey, live.GetResourceVersion(), hash)
+			continue
+		}
+		rv, err := apply.Apply(ctx, skr, FieldOwner, desired)
+		if err != nil {
+			return wrote, err
+		}
+		r.memo.Record(memoKey, rv, hash)
+		wrote++
+		recordWrite("skr-" + strings.ToLower(desired.GetKind()))
+	}
+	return wrote, nil
+}
+
+func (r *Reconciler) event(kyma runtime.Object, typ, reason, msg string) {
+	if r.Recorder != nil {
+		r.Recorder.Event(kyma, typ, reason, msg)
+	}
+}
+
+func recordWrite(kind string) { metrics.RuntimeWrites.WithLabelValues(kind).Inc() }
+
+func recordOutcome(result string) { metrics.RuntimeReconciles.WithLabelValues(result).Inc() }
+
+// isUnreachable tells network and timeout failures from API errors.
+func isUnreachable(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err)
+	}
+	return true
+}

@@ -1,0 +1,146 @@
+package runtimes
+
+import (
+	"context"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+)
+
+// SetupWithManager registers the controller and an index of Kymas by
+// runtime ID.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.KymaNamespace == "" {
+		r.KymaNamespace = DefaultKymaNamespace
+	}
+	if r.Clients == nil {
+		r.Clients = SKRClients()
+	}
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = defaultWorkers
+	}
+	if r.WatcherDebounce == 0 {
+		r.WatcherDebounce = defaultWatcherDebunce
+	}
+	if r.Resync == 0 {
+		r.Resync = defaultResync
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, NewKyma(), runtimeIDIndex, func(o client.Object) []string {
+		return []string{RuntimeID(o)}
+	}); err != nil {
+		return err
+	}
+	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(NewKyma(), builder.WithPredicates(inNamespace, predicate.Funcs{UpdateFunc: kymaChanged})).
+		// Owns() needs the owner kind in the scheme; the Kyma is read as
+		// metadata only, so map the controller reference by hand.
+		Watches(&certmanagerv1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kymaOwner), builder.WithPredicates(inNamespace)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.kymasForSecret), builder.WithPredicates(inNamespace)).
+		Watches(&v1beta2.Watcher{}, &allKymas{r: r}, builder.WithPredicates(predicate.Funcs{UpdateFunc: watcherChanged})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// kymaOwner maps a Certificate to the Kyma that controls it.
+func kymaOwner(_ context.Context, o client.Object) []reconcile.Request {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != kymaGVK.Kind || ref.APIVersion != kymaGVK.GroupVersion().String() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}}}
+}
+
+// kymaChanged passes Kyma updates that matter here: deletion, skr-domain,
+// runtime ID, our finalizer.
+func kymaChanged(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+		o.GetAnnotations()[contract.AnnotationSKRDomain] != n.GetAnnotations()[contract.AnnotationSKRDomain] ||
+		RuntimeID(o) != RuntimeID(n) ||
+		controllerutil.ContainsFinalizer(o, Finalizer) != controllerutil.ContainsFinalizer(n, Finalizer)
+}
+
+// watcherChanged passes Watcher updates that can change a webhook: spec
+// (generation), labels (managed-by), deletion.
+func watcherChanged(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return o.GetGeneration() != n.GetGeneration() ||
+		(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+		o.GetLabels()[contract.LabelManagedBy] != n.GetLabels()[contract.LabelManagedBy]
+}
+
+// kymasForSecret maps a kubeconfig Secret or a Certificate Secret to the
+// Kymas of its runtime.
+func (r *Reconciler) kymasForSecret(ctx context.Context, s client.Object) []reconcile.Request {
+	id, ok := skrclient.RuntimeIDOfSecret(s.GetName())
+	if !ok {
+		if id, ok = certificates.RuntimeIDOfSecret(s.GetName()); !ok {
+			return nil
+		}
+	}
+	list := newKymaList()
+	if err := r.Client.List(ctx, list, client.InNamespace(r.KymaNamespace), client.MatchingFields{runtimeIDIndex: id}); err != nil {
+		log.FromContext(ctx).Error(err, "list Kymas for a Secret event")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// allKymas enqueues every Kyma on a Watcher event, after the debounce delay
+// so that a burst of Watcher changes costs one pass per runtime.
+type allKymas struct{ r *Reconciler }
+
+func (h *allKymas) enqueue(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	list := newKymaList()
+	if err := h.r.Client.List(ctx, list, client.InNamespace(h.r.KymaNamespace)); err != nil {
+		log.FromContext(ctx).Error(err, "list Kymas for a Watcher event")
+		return
+	}
+	for i := range list.Items {
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+		if h.r.WatcherDebounce > 0 {
+			q.AddAfter(req, h.r.WatcherDebounce)
+		} else {
+			q.Add(req)
+		}
+	}
+}
+
+func (h *allKymas) Create(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueue(ctx, q)
+}
+
+func (h *allKymas) Update(ctx context.Context, _ event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueue(ctx, q)
+}
+
+func (h *allKymas) Delete(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueue(ctx, q)
+}
+
+func (h *allKymas) Generic(ctx context.Context, _ event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueue(ctx, q)
+}
