@@ -4,7 +4,11 @@
 // kustomize base in manifests/skr), and the ValidatingWebhookConfiguration
 // skr-webhook with one webhook per Watcher CR.
 //
-// It only builds objects; writing them is the runtime reconciler's job.
+// Desired gives the whole bundle in apply order, WebhookConfigurations
+// builds the webhook configuration once per set of Watchers and CA, Removal
+// names what goes when a runtime leaves, Kinds and Scheme are what a runtime
+// client must know. It only builds objects; writing them is the runtime
+// reconciler's job (package runtimes).
 package bundle
 
 import (

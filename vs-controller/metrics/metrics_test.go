@@ -1,0 +1,31 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+)
+
+// Every metric of vs-controller is runtime_watcher_vs_controller_… and is
+// served from controller-runtime's registry.
+func TestNames(t *testing.T) {
+	for name, c := range map[string]*prometheus.CounterVec{
+		"runtime_watcher_vs_controller_virtualservice_reconciles_total": metrics.VirtualServiceReconciles,
+		"runtime_watcher_vs_controller_watcher_writes_total":            metrics.WatcherWrites,
+		"runtime_watcher_vs_controller_runtime_reconciles_total":        metrics.RuntimeReconciles,
+		"runtime_watcher_vs_controller_runtime_writes_total":            metrics.RuntimeWrites,
+	} {
+		c.WithLabelValues("test").Inc()
+		if n, err := testutil.GatherAndCount(ctrlmetrics.Registry, name); err != nil || n != 1 {
+			t.Errorf("%s: %d series in the registry, %v", name, n, err)
+		}
+		if !strings.HasPrefix(name, metrics.Namespace+"_"+metrics.Subsystem+"_") {
+			t.Errorf("%s lacks the prefix", name)
+		}
+	}
+}
