@@ -46,6 +46,11 @@ const (
 	ControllerName = "watcher-virtualservice"
 	// DefaultGatewayNamespace is where the selected Istio Gateways live.
 	DefaultGatewayNamespace = "istio-system"
+	// LifecycleManagerGatewayNamespace is Lifecycle Manager's default for
+	// the same setting (its --istio-gateway-namespace, Gateway
+	// kcp-system/klm-watcher). A take-over that keeps LM's Gateway sets
+	// vs-controller's --gateway-namespace to it (docs/crd-versions.md).
+	LifecycleManagerGatewayNamespace = "kcp-system"
 
 	// ConditionVirtualService is the Watcher condition about its
 	// VirtualService.
@@ -211,7 +216,8 @@ func (r *Reconciler) desired(ctx context.Context, w *v1beta2.Watcher) (*istionet
 		return nil, ReasonGatewayListErr, err
 	}
 	if len(gws.Items) == 0 {
-		return nil, ReasonNoGateway, fmt.Errorf("no Gateway in namespace %s matches spec.gateway.selector %q", r.GatewayNamespace, sel.String())
+		return nil, ReasonNoGateway, fmt.Errorf("no Gateway in namespace %s (vs-controller's --gateway-namespace; Lifecycle Manager's default is %s) matches spec.gateway.selector %q",
+			r.GatewayNamespace, LifecycleManagerGatewayNamespace, sel.String())
 	}
 	if len(gws.Items) > maxGateways {
 		return nil, ReasonInvalidSpec, fmt.Errorf("spec.gateway.selector matches %d Gateways, more than %d", len(gws.Items), maxGateways)
