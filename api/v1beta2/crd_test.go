@@ -77,7 +77,7 @@ var _ = Describe("Watcher CRD", func() {
 		Expect(again.Spec.Field).To(Equal(v1beta2.StatusField))
 	})
 
-	DescribeTable("rejects invalid Watchers with a clear message",
+	DescribeTable("rejects, like Lifecycle Manager's CRD, Watchers without a required field or with an unknown enum value",
 		func(name string, mutate func(u map[string]any), wantMessage string) {
 			w := validWatcher(name)
 			obj, err := runtimeToUnstructured(w)
@@ -93,16 +93,56 @@ var _ = Describe("Watcher CRD", func() {
 		Entry("serviceInfo missing", "no-service", func(u map[string]any) {
 			delete(u["spec"].(map[string]any), "serviceInfo")
 		}, "spec.serviceInfo: Required value"),
+	)
+
+	// These were admission rejections before; Lifecycle Manager's CRD
+	// accepts them, so ours does too, and SpecProblems (which vs-controller
+	// reports in the status) says what is wrong.
+	DescribeTable("accepts Watchers that LM's CRD accepts and reports their problems in SpecProblems",
+		func(name string, mutate func(u map[string]any), wantProblem string) {
+			w := validWatcher(name)
+			obj, err := runtimeToUnstructured(w)
+			Expect(err).NotTo(HaveOccurred())
+			mutate(obj.Object)
+			Expect(c.Create(ctx, obj)).To(Succeed())
+			got := &v1beta2.Watcher{}
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+			Expect(got.SpecProblems()).To(ConsistOf(HavePrefix(wantProblem)))
+		},
 		Entry("port 0", "port-zero", func(u map[string]any) {
 			u["spec"].(map[string]any)["serviceInfo"].(map[string]any)["port"] = int64(0)
-		}, "spec.serviceInfo.port: Invalid value: 0: spec.serviceInfo.port in body should be greater than or equal to 1"),
+		}, "spec.serviceInfo.port 0 is not in 1..65535"),
 		Entry("port 65536", "port-high", func(u map[string]any) {
 			u["spec"].(map[string]any)["serviceInfo"].(map[string]any)["port"] = int64(65536)
-		}, "spec.serviceInfo.port in body should be less than or equal to 65535"),
+		}, "spec.serviceInfo.port 65536 is not in 1..65535"),
 		Entry("manager not a DNS label", "bad-manager", func(u map[string]any) {
 			u["spec"].(map[string]any)["manager"] = "Lifecycle_Manager"
-		}, "spec.manager in body should match"),
+		}, `spec.manager "Lifecycle_Manager" is not a DNS-1123 label`),
+		Entry("empty resource", "no-resource", func(u map[string]any) {
+			u["spec"].(map[string]any)["resourceToWatch"].(map[string]any)["resource"] = ""
+		}, "spec.resourceToWatch.resource is empty"),
+		Entry("labelsToWatch not a selector", "bad-labels", func(u map[string]any) {
+			u["spec"].(map[string]any)["labelsToWatch"] = map[string]any{"with space": "x"}
+		}, "spec.labelsToWatch is not a label selector"),
 	)
+
+	It("accepts a Watcher without spec, as LM's CRD does, and lists every problem", func() {
+		obj, err := runtimeToUnstructured(validWatcher("no-spec"))
+		Expect(err).NotTo(HaveOccurred())
+		delete(obj.Object, "spec")
+		Expect(c.Create(ctx, obj)).To(Succeed())
+		got := &v1beta2.Watcher{}
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		Expect(got.SpecProblems()).To(Equal([]string{
+			"no manager name: spec.manager and the label operator.kyma-project.io/managed-by are both empty",
+			"spec.serviceInfo.name is empty",
+			"spec.serviceInfo.namespace is empty",
+			"spec.serviceInfo.port 0 is not in 1..65535",
+			`spec.field "" is neither "spec" nor "status"`,
+			"spec.resourceToWatch.resource is empty",
+			"spec.resourceToWatch.version is empty",
+		}))
+	})
 
 	It("installs Istio's and cert-manager's CRDs", func() {
 		Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}})).To(Succeed())

@@ -168,9 +168,11 @@ func WebhookConfiguration(o Options, watchers []v1beta2.Watcher, caBundle []byte
 }
 
 // Usable reports whether a Watcher gets a webhook: it is not being deleted
-// and its manager name is a DNS-1123 label.
+// and its spec has no problems (v1beta2.Watcher.SpecProblems: the CRD accepts
+// what Lifecycle Manager's accepts, e.g. an empty resource, which would make
+// the whole ValidatingWebhookConfiguration invalid).
 func Usable(w *v1beta2.Watcher) bool {
-	return w.DeletionTimestamp == nil && contract.ValidManager(w.ManagerName()) &&
+	return w.DeletionTimestamp == nil && len(w.SpecProblems()) == 0 &&
 		len(validation.IsDNS1123Subdomain(w.WebhookName())) == 0
 }
 

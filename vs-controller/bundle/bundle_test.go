@@ -21,6 +21,7 @@ func watcher(ns, name, manager string, field v1beta2.FieldName, labels map[strin
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1beta2.WatcherSpec{
 			Manager:         manager,
+			ServiceInfo:     v1beta2.Service{Name: "listener", Namespace: "kcp-system", Port: 8082},
 			LabelsToWatch:   labels,
 			ResourceToWatch: v1beta2.WatchableGVR{Group: "operator.kyma-project.io", Version: "*", Resource: "kymas"},
 			Field:           field,
@@ -180,12 +181,17 @@ func TestWebhookConfiguration(t *testing.T) {
 	deleting.DeletionTimestamp = &metav1.Time{}
 	byLabel := watcher("a", "by-label", "", v1beta2.SpecField, nil)
 	byLabel.Labels = map[string]string{contract.LabelManagedBy: "from-label"}
+	// The CRD accepts an empty resource (as Lifecycle Manager's does); its
+	// webhook would make the whole configuration invalid.
+	noResource := watcher("a", "no-resource", "m3", v1beta2.SpecField, nil)
+	noResource.Spec.ResourceToWatch.Resource = ""
 	ws := []v1beta2.Watcher{
 		watcher("z", "last", "m1", v1beta2.SpecField, nil),
 		deleting,
 		watcher("a", "no-manager", "", v1beta2.SpecField, nil),
 		watcher("a", "bad-manager", "Not_A_Label", v1beta2.SpecField, nil),
 		byLabel,
+		noResource,
 		watcher("a", "first", "m2", v1beta2.StatusField, nil),
 	}
 	vwc := bundle.WebhookConfiguration(bundle.Options{}, ws, []byte("ca"))

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -164,15 +163,15 @@ func reasons(events []corev1.Event) []string {
 }
 
 // usableWebhookNames are the webhook names the SKR configuration must hold
-// right now: one per Watcher in the KCP that is not being deleted and has a
-// manager name.
+// right now: one per Watcher in the KCP that is not being deleted and whose
+// spec has no problems.
 func usableWebhookNames(ctx context.Context) []string {
 	var list v1beta2.WatcherList
 	ExpectWithOffset(1, kcp.Client.List(ctx, &list)).To(Succeed())
 	names := []string{}
 	for i := range list.Items {
 		w := &list.Items[i]
-		if w.DeletionTimestamp == nil && contract.ValidManager(w.ManagerName()) {
+		if w.DeletionTimestamp == nil && len(w.SpecProblems()) == 0 {
 			names = append(names, w.WebhookName())
 		}
 	}

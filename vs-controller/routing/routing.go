@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	istioapiv1 "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -46,6 +47,11 @@ const (
 	ControllerName = "watcher-virtualservice"
 	// DefaultGatewayNamespace is where the selected Istio Gateways live.
 	DefaultGatewayNamespace = "istio-system"
+	// LifecycleManagerGatewayNamespace is Lifecycle Manager's default for
+	// the same setting (its --istio-gateway-namespace, Gateway
+	// kcp-system/klm-watcher). A take-over that keeps LM's Gateway sets
+	// vs-controller's --gateway-namespace to it (docs/crd-versions.md).
+	LifecycleManagerGatewayNamespace = "kcp-system"
 
 	// ConditionVirtualService is the Watcher condition about its
 	// VirtualService.
@@ -155,6 +161,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	vs, reason, err := r.desired(ctx, w)
 	if err != nil {
+		if reason == ReasonInvalidSpec {
+			// A Watcher that cannot be routed keeps no route: its old
+			// VirtualService (from an earlier, valid spec) goes.
+			if derr := r.deleteVirtualService(ctx, w); derr != nil {
+				return ctrl.Result{}, errors.Join(r.fail(ctx, w, reason, err), derr)
+			}
+		}
 		return ctrl.Result{}, r.fail(ctx, w, reason, err)
 	}
 	desired, err := apply.Desired(vs, virtualServiceGVK)
@@ -188,14 +201,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // desired is the VirtualService of a Watcher, or the reason it cannot be
 // built.
 func (r *Reconciler) desired(ctx context.Context, w *v1beta2.Watcher) (*istionetworkingv1.VirtualService, string, error) {
+	// The CRD accepts every Watcher Lifecycle Manager's CRD accepts; what
+	// cannot be routed is reported here, all of it at once.
+	if problems := w.SpecProblems(); len(problems) > 0 {
+		return nil, ReasonInvalidSpec, errors.New("invalid spec: " + strings.Join(problems, "; "))
+	}
 	manager := w.ManagerName()
-	if !contract.ValidManager(manager) {
-		return nil, ReasonInvalidSpec, fmt.Errorf("manager name %q (spec.manager or label %s) is not a DNS-1123 label", manager, contract.LabelManagedBy)
-	}
 	si := w.Spec.ServiceInfo
-	if si.Name == "" || si.Namespace == "" || si.Port < 1 || si.Port > 65535 {
-		return nil, ReasonInvalidSpec, errors.New("spec.serviceInfo needs name, namespace and a port in 1..65535")
-	}
 	sel, err := metav1.LabelSelectorAsSelector(&w.Spec.Gateway.LabelSelector)
 	if err != nil {
 		return nil, ReasonInvalidSpec, fmt.Errorf("spec.gateway.selector: %w", err)
@@ -205,7 +217,8 @@ func (r *Reconciler) desired(ctx context.Context, w *v1beta2.Watcher) (*istionet
 		return nil, ReasonGatewayListErr, err
 	}
 	if len(gws.Items) == 0 {
-		return nil, ReasonNoGateway, fmt.Errorf("no Gateway in namespace %s matches spec.gateway.selector %q", r.GatewayNamespace, sel.String())
+		return nil, ReasonNoGateway, fmt.Errorf("no Gateway in namespace %s (vs-controller's --gateway-namespace; Lifecycle Manager's default is %s) matches spec.gateway.selector %q",
+			r.GatewayNamespace, LifecycleManagerGatewayNamespace, sel.String())
 	}
 	if len(gws.Items) > maxGateways {
 		return nil, ReasonInvalidSpec, fmt.Errorf("spec.gateway.selector matches %d Gateways, more than %d", len(gws.Items), maxGateways)
@@ -306,23 +319,8 @@ func (r *Reconciler) finalize(ctx context.Context, w *v1beta2.Watcher) error {
 	if !controllerutil.ContainsFinalizer(w, Finalizer) {
 		return nil
 	}
-	vs := &istionetworkingv1.VirtualService{}
-	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(w), vs); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	if err := r.deleteVirtualService(ctx, w); err != nil {
 		return err
-	default:
-		if metav1.IsControlledBy(vs, w) {
-			uid := vs.UID
-			if err := r.Client.Delete(ctx, vs, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-				if r.Recorder != nil {
-					r.Recorder.Event(w, corev1.EventTypeWarning, ReasonDeleteFailed, err.Error())
-				}
-				return fmt.Errorf("delete VirtualService: %w", err)
-			}
-			metrics.WatcherWrites.WithLabelValues("virtualservice-delete").Inc()
-			metrics.VirtualServiceReconciles.WithLabelValues("deleted").Inc()
-		}
 	}
 	orig := w.DeepCopy()
 	controllerutil.RemoveFinalizer(w, Finalizer)
@@ -331,4 +329,40 @@ func (r *Reconciler) finalize(ctx context.Context, w *v1beta2.Watcher) error {
 	}
 	metrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
 	return nil
+}
+
+// deleteVirtualService deletes the Watcher's VirtualService if the Watcher
+// owns it: as controller (ours) or by a plain owner reference (Lifecycle
+// Manager's, taken over).
+func (r *Reconciler) deleteVirtualService(ctx context.Context, w *v1beta2.Watcher) error {
+	vs := &istionetworkingv1.VirtualService{}
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(w), vs); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if !ownedBy(vs, w) {
+		return nil
+	}
+	uid := vs.UID
+	if err := r.Client.Delete(ctx, vs, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		if r.Recorder != nil {
+			r.Recorder.Event(w, corev1.EventTypeWarning, ReasonDeleteFailed, err.Error())
+		}
+		return fmt.Errorf("delete VirtualService: %w", err)
+	}
+	metrics.WatcherWrites.WithLabelValues("virtualservice-delete").Inc()
+	metrics.VirtualServiceReconciles.WithLabelValues("deleted").Inc()
+	return nil
+}
+
+// ownedBy reports whether obj has an owner reference to owner.
+func ownedBy(obj, owner metav1.Object) bool {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.UID == owner.GetUID() {
+			return true
+		}
+	}
+	return false
 }
