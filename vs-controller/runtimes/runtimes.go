@@ -48,6 +48,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
@@ -84,7 +85,6 @@ const (
 	ReasonBundleRemoved     = "SKRBundleRemoved"
 	ReasonBundleLeft        = "SKRBundleLeftInPlace"
 	ReasonCleanupFailed     = "CleanupFailed"
-	runtimeIDIndex          = "runtime-watcher.runtimeID"
 	maxCommonNameLength     = 64
 	defaultWorkers          = 8
 	defaultResync           = 10 * time.Minute
@@ -96,7 +96,6 @@ const (
 
 var (
 	kymaGVK       = v1beta2.KymaGroupVersionKind
-	kymaListGVK   = v1beta2.GroupVersion.WithKind("KymaList")
 	certGVK       = certmanagerv1.SchemeGroupVersion.WithKind("Certificate")
 	namespaceGVK  = corev1.SchemeGroupVersion.WithKind("Namespace")
 	secretGVK     = corev1.SchemeGroupVersion.WithKind("Secret")
@@ -145,26 +144,14 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// NewKyma is an empty Kyma for metadata-only reads.
-func NewKyma() *metav1.PartialObjectMetadata {
-	k := &metav1.PartialObjectMetadata{}
-	k.SetGroupVersionKind(kymaGVK)
-	return k
-}
+// NewKyma is an empty Kyma for metadata-only reads (identity.NewKyma).
+func NewKyma() *metav1.PartialObjectMetadata { return identity.NewKyma() }
 
-func newKymaList() *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(kymaListGVK)
-	return l
-}
+func newKymaList() *metav1.PartialObjectMetadataList { return identity.NewKymaList() }
 
-// RuntimeID of a Kyma: its label kyma-project.io/runtime-id, else its name.
-func RuntimeID(kyma client.Object) string {
-	if id := kyma.GetLabels()[contract.LabelRuntimeID]; id != "" {
-		return id
-	}
-	return kyma.GetName()
-}
+// RuntimeID of a Kyma: identity.RuntimeIDOf, its label
+// kyma-project.io/runtime-id, else its name.
+func RuntimeID(kyma client.Object) string { return identity.RuntimeIDOf(kyma) }
 
 // KubeconfigSecretName is the name of a runtime's kubeconfig Secret.
 func KubeconfigSecretName(runtimeID string) string { return KubeconfigSecretPrefix + runtimeID }
@@ -190,9 +177,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Resync == 0 {
 		r.Resync = defaultResync
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, NewKyma(), runtimeIDIndex, func(o client.Object) []string {
-		return []string{RuntimeID(o)}
-	}); err != nil {
+	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
@@ -237,7 +222,7 @@ func watcherChanged(e event.UpdateEvent) bool {
 }
 
 // kymasForSecret maps a kubeconfig Secret or a Certificate Secret to the
-// Kymas of its runtime.
+// Kyma of its runtime, found as identity.NewKymaLookup finds it.
 func (r *Reconciler) kymasForSecret(ctx context.Context, s client.Object) []reconcile.Request {
 	var id string
 	switch name := s.GetName(); {
@@ -248,16 +233,14 @@ func (r *Reconciler) kymasForSecret(ctx context.Context, s client.Object) []reco
 	default:
 		return nil
 	}
-	list := newKymaList()
-	if err := r.Client.List(ctx, list, client.InNamespace(r.KymaNamespace), client.MatchingFields{runtimeIDIndex: id}); err != nil {
-		log.FromContext(ctx).Error(err, "list Kymas for a Secret event")
+	rt, found, err := identity.NewKymaLookup(r.Client, r.KymaNamespace).LookupRuntime(ctx, id)
+	if err != nil || !found {
+		if err != nil {
+			log.FromContext(ctx).Error(err, "look up the Kyma for a Secret event")
+		}
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: r.KymaNamespace, Name: rt.KymaName}}}
 }
 
 // allKymas enqueues every Kyma on a Watcher event, after the debounce delay
