@@ -50,6 +50,9 @@ func TestKymaLookup(t *testing.T) {
 		extauthz.Kyma(ns, "runtime-nodomain", "", nil),
 		extauthz.Kyma(other, "runtime-3", "skr3.example.com", nil),
 		extauthz.Kyma(other, "kyma-def", "skr3.example.com", map[string]string{contract.LabelRuntimeID: "runtime-3"}),
+		extauthz.Kyma(ns, "runtime-4", "skr5.example.com", map[string]string{contract.LabelRuntimeID: "runtime-5"}),
+		extauthz.Kyma(ns, "runtime-6", "named6.example.com", nil),
+		extauthz.Kyma(ns, "kyma-six", "skr6.example.com", map[string]string{contract.LabelRuntimeID: "runtime-6"}),
 	}
 	withExtra := extauthz.Kyma(ns, "runtime-big", "big.example.com", nil)
 	withExtra.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: "big.example.com", "kubectl.kubernetes.io/last-applied-configuration": "{...}"})
@@ -79,16 +82,20 @@ func TestKymaLookup(t *testing.T) {
 		found   bool
 		wantErr bool
 	}{
-		{id: "runtime-1", want: identity.Runtime{ID: "runtime-1", SKRDomain: "skr1.example.com"}, found: true},
-		{id: "runtime-2", want: identity.Runtime{ID: "runtime-2", SKRDomain: "skr2.example.com"}, found: true},
-		{id: "runtime-nodomain", want: identity.Runtime{ID: "runtime-nodomain"}, found: true},
+		{id: "runtime-1", want: identity.Runtime{ID: "runtime-1", KymaName: "runtime-1", SKRDomain: "skr1.example.com"}, found: true},
+		{id: "runtime-2", want: identity.Runtime{ID: "runtime-2", KymaName: "kyma-abc", SKRDomain: "skr2.example.com"}, found: true},
+		{id: "kyma-abc"}, // its label names runtime-2
+		{id: "runtime-nodomain", want: identity.Runtime{ID: "runtime-nodomain", KymaName: "runtime-nodomain"}, found: true},
+		{id: "runtime-4"}, // named so, but labelled runtime-5
+		{id: "runtime-5", want: identity.Runtime{ID: "runtime-5", KymaName: "runtime-4", SKRDomain: "skr5.example.com"}, found: true},
+		{id: "runtime-6", want: identity.Runtime{ID: "runtime-6", KymaName: "kyma-six", SKRDomain: "skr6.example.com"}, found: true}, // label before name
 		{id: "runtime-3"},                  // only in another namespace
 		{id: "kyma-def"},                   // only in another namespace
 		{id: "runtime-unknown"},            // nowhere
 		{id: "Runtime_1"},                  // neither a name nor a label value of any Kyma
 		{id: "runtime-dup", wantErr: true}, // ambiguous label: fail closed
 		{id: string(make([]byte, 300))},    // not a valid name or label value
-		{id: "runtime-big", want: identity.Runtime{ID: "runtime-big", SKRDomain: "big.example.com"}, found: true},
+		{id: "runtime-big", want: identity.Runtime{ID: "runtime-big", KymaName: "runtime-big", SKRDomain: "big.example.com"}, found: true},
 	}
 	for _, tt := range tests {
 		rt, found, err := lookup.LookupRuntime(ctx, tt.id)
@@ -104,8 +111,8 @@ func TestKymaLookup(t *testing.T) {
 		}
 	}
 	all := identity.NewKymaList()
-	if err := c.List(ctx, all, client.InNamespace(ns)); err != nil || len(all.Items) != 1206 {
-		t.Errorf("cache lists %d Kyma CRs (%v), want 1206", len(all.Items), err)
+	if err := c.List(ctx, all, client.InNamespace(ns)); err != nil || len(all.Items) != 1209 {
+		t.Errorf("cache lists %d Kyma CRs (%v), want 1209", len(all.Items), err)
 	}
 	// Only Kyma CRs are cached; reading anything else fails instead of
 	// starting another informer.
