@@ -56,9 +56,9 @@ FUZZTIME ?= 10m
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.
-	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./ext-authz/xfcc/
-	go test -run '^$$' -fuzz '^FuzzDecodeCert$$' -fuzztime $(FUZZTIME) ./ext-authz/xfcc/
-	go test -run '^$$' -fuzz '^FuzzIsDNS1123Subdomain$$' -fuzztime $(FUZZTIME) ./ext-authz/pinning/
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./identity/xfcc/
+	go test -run '^$$' -fuzz '^FuzzDecodeCert$$' -fuzztime $(FUZZTIME) ./identity/xfcc/
+	go test -run '^$$' -fuzz '^FuzzIsDNS1123Subdomain$$' -fuzztime $(FUZZTIME) ./identity/
 	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./skr-webhook/admission/
 
 .PHONY: lint

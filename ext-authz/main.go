@@ -41,8 +41,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 )
 
 // defaultGCPercent is the GC target unless GOGC is set.
@@ -87,7 +87,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		return err
 	}
 
-	kymas, err := pinning.NewKymaCache(ctx, cfg, o.kymaNamespace)
+	kymas, err := identity.NewKymaCache(ctx, cfg, o.kymaNamespace)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	var ready atomic.Bool
-	verifier := &pinning.Verifier{Lookup: pinning.NewKymaLookup(kymas, o.kymaNamespace), Roots: o.roots}
+	verifier := &identity.Verifier{Lookup: identity.NewKymaLookup(kymas, o.kymaNamespace), Roots: o.roots}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
 	grpcServer := grpc.NewServer(

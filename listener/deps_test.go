@@ -8,8 +8,9 @@ import (
 
 // TestDependencies keeps the listener light for the operators that import
 // it (ARCHITECTURE.md §2): nothing of Istio, Envoy, cert-manager or gRPC,
-// and of this repository only the contract, the API types and the shared
-// pinning code.
+// of this repository only the contract, the API types and the shared
+// identity code, and nothing of ext-authz (the listener must not depend on
+// another component: go list -deps ./listener/... holds no ext-authz package).
 //
 // gRPC: controller-runtime v0.22 does not bring google.golang.org/grpc into
 // a package that uses its manager, metrics, certwatcher, event, handler and
@@ -18,17 +19,20 @@ import (
 // brings.
 func TestDependencies(t *testing.T) {
 	const module = "github.com/seed-c8be168e/runtime-watcher"
-	out, err := exec.Command("go", "list", "-deps", module+"/listener").CombinedOutput()
+	out, err := exec.Command("go", "list", "-deps", module+"/listener/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	forbidden := []string{"istio.io/", "github.com/envoyproxy/", "github.com/cert-manager/", "google.golang.org/grpc"}
 	ownAllowed := map[string]bool{
-		module + "/listener":          true,
-		module + "/api/contract":      true,
-		module + "/ext-authz/pinning": true,
-		module + "/ext-authz/xfcc":    true,
-		// The Watcher API types (Kyma's GVK), imported by pinning; API types
+		module + "/listener":                   true,
+		module + "/listener/example":           true,
+		module + "/listener/example/eventline": true,
+		module + "/listener/integration":       true, // tests only
+		module + "/api/contract":               true,
+		module + "/identity":                   true,
+		module + "/identity/xfcc":              true,
+		// The Watcher API types (Kyma's GVK), imported by identity; API types
 		// are kept light like the listener (ARCHITECTURE.md §2) and their
 		// own dependencies pass through the same forbidden-prefix check.
 		module + "/api/v1beta2": true,
@@ -43,11 +47,14 @@ func TestDependencies(t *testing.T) {
 				t.Errorf("listener depends on %s", p)
 			}
 		}
+		if strings.HasPrefix(p, module+"/ext-authz") {
+			t.Errorf("listener depends on ext-authz: %s", p)
+		}
 		if strings.HasPrefix(p, module+"/") && !ownAllowed[p] || p == module {
 			t.Errorf("listener depends on %s of this repository", p)
 		}
 	}
-	for _, want := range []string{"sigs.k8s.io/controller-runtime/pkg/event", module + "/api/contract", module + "/ext-authz/pinning"} {
+	for _, want := range []string{"sigs.k8s.io/controller-runtime/pkg/event", module + "/api/contract", module + "/identity"} {
 		if !contains(deps, want) {
 			t.Errorf("go list output lacks %s: the check is not looking at the listener", want)
 		}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 )
 
@@ -90,10 +90,10 @@ func Example_sanPinning() {
 	if err != nil {
 		panic(err)
 	}
-	if err := pinning.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if err := identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		panic(err)
 	}
-	verifier := &pinning.Verifier{Lookup: pinning.NewKymaLookup(mgr.GetCache(), "kcp-system")}
+	verifier := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), "kcp-system")}
 	l, err := listener.New(":8082", "lifecycle-manager", listener.WithSANPinning(verifier))
 	if err != nil {
 		panic(err)

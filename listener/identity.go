@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 )
 
 // authenticator establishes the runtime ID of a request or refuses it.
@@ -36,16 +36,16 @@ var ErrUnavailable = errors.New("identity verification unavailable")
 
 // VerifyFunc establishes the runtime ID of a request (identity mode c).
 // Errors map to statuses: ErrUnauthenticated → 401, ErrUnavailable → 503,
-// *pinning.Denial → 403 with its reason (401 for missing-client-cert), any
+// *identity.Denial → 403 with its reason (401 for missing-client-cert), any
 // other error → 403. A nil error with a runtime ID that is neither a DNS-1123
 // subdomain nor a label value is refused with 403. The request's context is
 // bounded by the verify timeout.
 type VerifyFunc func(r *http.Request) (runtimeID string, err error)
 
 // SANVerifier does SAN pinning on an x-forwarded-client-cert header.
-// *pinning.Verifier implements it (identity mode b).
+// *identity.Verifier implements it (identity mode b).
 type SANVerifier interface {
-	Verify(ctx context.Context, xfccHeader string, sourceCertPEM string) (pinning.Identity, error)
+	Verify(ctx context.Context, xfccHeader string, sourceCertPEM string) (identity.Identity, error)
 }
 
 // WithRuntimeIDHeader selects identity mode a, the default: the listener runs
@@ -58,7 +58,7 @@ func WithRuntimeIDHeader() Option {
 
 // WithSANPinning selects identity mode b: the listener verifies the
 // x-forwarded-client-cert header itself with the shared SAN-pinning code
-// (normally a *pinning.Verifier over pinning.NewKymaLookup on the manager's
+// (normally a *identity.Verifier over identity.NewKymaLookup on the manager's
 // cache). The header must come from a gateway that terminates mTLS and sets
 // it with forwardClientCertDetails: SANITIZE_SET; never expose the listener
 // directly in this mode, a certificate alone proves nothing without its key.
@@ -177,7 +177,7 @@ func (a *funcAuth) authenticate(r *http.Request) (string, *rejection) {
 	case errors.Is(err, ErrUnavailable):
 		return "", &rejection{status: http.StatusServiceUnavailable, reason: contract.ReasonNotReady, message: err.Error()}
 	case err != nil:
-		var d *pinning.Denial
+		var d *identity.Denial
 		if errors.As(err, &d) {
 			return "", rejectionFor(err, "")
 		}
@@ -191,7 +191,7 @@ func (a *funcAuth) authenticate(r *http.Request) (string, *rejection) {
 // rejectionFor maps a pinning error: a Denial is 403 with its reason (401
 // when no certificate was presented); anything else is 503, fail closed.
 func rejectionFor(err error, unavailable string) *rejection {
-	var d *pinning.Denial
+	var d *identity.Denial
 	if errors.As(err, &d) {
 		status := http.StatusForbidden
 		if d.Reason == contract.ReasonMissingClientCert {

@@ -11,20 +11,20 @@ import (
 	"time"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 // fakeLookup stands in for the Kyma cache: runtimes by ID, or an error.
 type fakeLookup struct {
-	runtimes map[string]pinning.Runtime
+	runtimes map[string]identity.Runtime
 	err      error
 }
 
-func (f fakeLookup) LookupRuntime(_ context.Context, id string) (pinning.Runtime, bool, error) {
+func (f fakeLookup) LookupRuntime(_ context.Context, id string) (identity.Runtime, bool, error) {
 	if f.err != nil {
-		return pinning.Runtime{}, false, f.err
+		return identity.Runtime{}, false, f.err
 	}
 	rt, ok := f.runtimes[id]
 	return rt, ok, nil
@@ -59,14 +59,14 @@ func TestSANPinning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runtimes := fakeLookup{runtimes: map[string]pinning.Runtime{
+	runtimes := fakeLookup{runtimes: map[string]identity.Runtime{
 		"runtime-a": {ID: "runtime-a", SKRDomain: "A.skr.example.com."},
 		"runtime-n": {ID: "runtime-n"},
 	}}
 
 	cases := []struct {
 		name       string
-		lookup     pinning.RuntimeLookup
+		lookup     identity.RuntimeLookup
 		hdr        []string // key, value pairs
 		want       int
 		wantReason contract.DenyReason
@@ -88,7 +88,7 @@ func TestSANPinning(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v := &pinning.Verifier{Lookup: tc.lookup, Roots: ca.Pool()}
+			v := &identity.Verifier{Lookup: tc.lookup, Roots: ca.Pool()}
 			s := start(t, listener.WithSANPinning(v))
 			resp, text := s.do(t, http.MethodPost, s.l.Path(), body(validBody), hdr(tc.hdr...))
 			if resp.StatusCode != tc.want {
@@ -128,9 +128,9 @@ func checkDenial(t *testing.T, resp *http.Response, text string, reason contract
 // slowVerifier never answers before its context ends.
 type slowVerifier struct{}
 
-func (slowVerifier) Verify(ctx context.Context, _, _ string) (pinning.Identity, error) {
+func (slowVerifier) Verify(ctx context.Context, _, _ string) (identity.Identity, error) {
 	<-ctx.Done()
-	return pinning.Identity{}, ctx.Err()
+	return identity.Identity{}, ctx.Err()
 }
 
 // TestSANPinningTimeout: a verification that hangs answers 503 after the
@@ -157,8 +157,8 @@ func TestVerifyFunc(t *testing.T) {
 		{"accepted", "runtime-c", nil, http.StatusOK, ""},
 		{"unauthenticated", "", fmt.Errorf("no token: %w", listener.ErrUnauthenticated), http.StatusUnauthorized, ""},
 		{"unavailable", "", fmt.Errorf("backend down: %w", listener.ErrUnavailable), http.StatusServiceUnavailable, contract.ReasonNotReady},
-		{"denial", "", &pinning.Denial{Reason: contract.ReasonSANMismatch, Message: "no"}, http.StatusForbidden, contract.ReasonSANMismatch},
-		{"missing certificate denial", "", &pinning.Denial{Reason: contract.ReasonMissingClientCert, Message: "no cert"}, http.StatusUnauthorized, contract.ReasonMissingClientCert},
+		{"denial", "", &identity.Denial{Reason: contract.ReasonSANMismatch, Message: "no"}, http.StatusForbidden, contract.ReasonSANMismatch},
+		{"missing certificate denial", "", &identity.Denial{Reason: contract.ReasonMissingClientCert, Message: "no cert"}, http.StatusUnauthorized, contract.ReasonMissingClientCert},
 		{"other error", "", errors.New("not on the list"), http.StatusForbidden, ""},
 		{"empty runtime ID", "", nil, http.StatusForbidden, ""},
 		{"invalid runtime ID", "a/b", nil, http.StatusForbidden, ""},

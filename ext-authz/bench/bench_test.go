@@ -28,7 +28,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
+	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -121,7 +121,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // setup starts an API server with `runtimes` Kyma CRs and the real
 // ext-authz binary, and returns one request per runtime.
-func setup(b *testing.B) (*extauthztest.Process, []*authv3.CheckRequest, []string) {
+func setup(b *testing.B) (*extauthz.Process, []*authv3.CheckRequest, []string) {
 	b.Helper()
 	binary, err := testenv.BuildBinary("ext-authz")
 	if err != nil {
@@ -165,7 +165,7 @@ func setup(b *testing.B) (*extauthztest.Process, []*authv3.CheckRequest, []strin
 				leaf, err := ca.Issue(pki.LeafOptions{CommonName: name, DNSNames: []string{domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"}})
 				if err == nil {
 					// Real Kyma CRs carry more metadata than pinning reads.
-					k := extauthztest.Kyma(kymaNamespace, name, domain, map[string]string{
+					k := extauthz.Kyma(kymaNamespace, name, domain, map[string]string{
 						"operator.kyma-project.io/managed-by": "lifecycle-manager",
 						"kyma-project.io/global-account-id":   fmt.Sprintf("ga-%05d", i),
 					})
@@ -178,8 +178,8 @@ func setup(b *testing.B) (*extauthztest.Process, []*authv3.CheckRequest, []strin
 					return
 				}
 				ids[i] = name
-				reqs[i] = extauthztest.CheckRequest("lifecycle-manager", map[string]string{
-					contract.HeaderXFCC: extauthztest.GatewayXFCC(leaf.CertPEM, name, leaf.Cert.DNSNames),
+				reqs[i] = extauthz.CheckRequest("lifecycle-manager", map[string]string{
+					contract.HeaderXFCC: extauthz.GatewayXFCC(leaf.CertPEM, name, leaf.Cert.DNSNames),
 				})
 			}
 		}()
@@ -191,7 +191,7 @@ func setup(b *testing.B) (*extauthztest.Process, []*authv3.CheckRequest, []strin
 	created := time.Since(start)
 
 	start = time.Now()
-	p, err := extauthztest.Start(binary, os.Stderr, time.Minute, "--kubeconfig="+kcp.KubeconfigPath, "--kyma-namespace="+kymaNamespace)
+	p, err := extauthz.Start(binary, os.Stderr, time.Minute, "--kubeconfig="+kcp.KubeconfigPath, "--kyma-namespace="+kymaNamespace)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 // heapStats summarizes the Go heap figures ext-authz exports in /metrics.
-func heapStats(p *extauthztest.Process) string {
+func heapStats(p *extauthz.Process) string {
 	text, err := p.Metrics()
 	if err != nil {
 		return err.Error()

@@ -28,19 +28,19 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 func createKyma(ns, name, domain string, labels map[string]string) {
 	GinkgoHelper()
-	Expect(kcp.Client.Create(context.Background(), extauthztest.Kyma(ns, name, domain, labels))).To(Succeed())
+	Expect(kcp.Client.Create(context.Background(), extauthz.Kyma(ns, name, domain, labels))).To(Succeed())
 }
 
 var _ = Describe("ext-authz against a real API server", Ordered, func() {
 	var (
-		p     *extauthztest.Process
+		p     *extauthz.Process
 		authz authv3.AuthorizationClient
 	)
 	check := func(req *authv3.CheckRequest) decision {
@@ -58,7 +58,7 @@ var _ = Describe("ext-authz against a real API server", Ordered, func() {
 	}
 	checkXFCC := func(header string) decision {
 		GinkgoHelper()
-		return check(extauthztest.CheckRequest("lifecycle-manager", map[string]string{contract.HeaderXFCC: header}))
+		return check(extauthz.CheckRequest("lifecycle-manager", map[string]string{contract.HeaderXFCC: header}))
 	}
 
 	BeforeAll(func() {
@@ -86,7 +86,7 @@ var _ = Describe("ext-authz against a real API server", Ordered, func() {
 
 	It("allows a good certificate and overwrites identity headers the client sent", func() {
 		good := issue("runtime-1", "skr1.example.com", "skr-webhook.kyma-system.svc")
-		req := extauthztest.CheckRequest("lifecycle-manager", map[string]string{
+		req := extauthz.CheckRequest("lifecycle-manager", map[string]string{
 			contract.HeaderXFCC:       xfccOf(good),
 			contract.HeaderRuntimeID:  "runtime-evil",
 			contract.HeaderSKRDomain:  "evil.example.com",
@@ -120,54 +120,54 @@ var _ = Describe("ext-authz against a real API server", Ordered, func() {
 			Expect(check(build())).To(Equal(deniedFor(want)))
 		},
 		Entry("no XFCC header", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", nil)
+			return extauthz.CheckRequest("m", nil)
 		}, contract.ReasonMissingClientCert),
 		Entry("forged second element", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr1.example.com")) + "," + xfccOf(issue("runtime-1", "evil.example.com"))})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr1.example.com")) + "," + xfccOf(issue("runtime-1", "evil.example.com"))})
 		}, contract.ReasonMalformedXFCC),
 		Entry("header over 32 KiB", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr1.example.com")) + ";Hash=" + strings.Repeat("a", contract.MaxXFCCBytes)})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr1.example.com")) + ";Hash=" + strings.Repeat("a", contract.MaxXFCCBytes)})
 		}, contract.ReasonMalformedXFCC),
 		Entry("no Cert, DNS pair only", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: `Hash=1;Subject="CN=runtime-1";URI=;DNS=skr1.example.com`})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: `Hash=1;Subject="CN=runtime-1";URI=;DNS=skr1.example.com`})
 		}, contract.ReasonMalformedXFCC),
 		Entry("unparsable certificate", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: `Cert="-----BEGIN%20CERTIFICATE-----%0AAAAA%0A-----END%20CERTIFICATE-----"`})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: `Cert="-----BEGIN%20CERTIFICATE-----%0AAAAA%0A-----END%20CERTIFICATE-----"`})
 		}, contract.ReasonInvalidCertificate),
 		Entry("expired certificate", func() *authv3.CheckRequest {
 			l, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}, NotBefore: time.Now().Add(-72 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
 			Expect(err).NotTo(HaveOccurred())
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(l)})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(l)})
 		}, contract.ReasonInvalidCertificate),
 		Entry("certificate without CN", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("", "skr1.example.com"))})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("", "skr1.example.com"))})
 		}, contract.ReasonInvalidCertificate),
 		Entry("150 SANs", func() *authv3.CheckRequest {
 			dns := []string{"skr1.example.com"}
 			for i := range 149 {
 				dns = append(dns, fmt.Sprintf("san-%d.example.com", i))
 			}
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", dns...))})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", dns...))})
 		}, contract.ReasonTooManySANs),
 		Entry("source certificate differs from XFCC", func() *authv3.CheckRequest {
-			req := extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr1.example.com"))})
+			req := extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr1.example.com"))})
 			req.Attributes.Source.Certificate = xfcc.EncodeCert(issue("runtime-1", "skr1.example.com").CertPEM)
 			return req
 		}, contract.ReasonCertificateMismatch),
 		Entry("unknown runtime", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-unknown", "skr1.example.com"))})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-unknown", "skr1.example.com"))})
 		}, contract.ReasonUnknownRuntime),
 		Entry("Kyma without skr-domain", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-nodomain", "skr1.example.com"))})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-nodomain", "skr1.example.com"))})
 		}, contract.ReasonDomainNotSet),
 		Entry("SAN mismatch, DNS pair forged in the header", func() *authv3.CheckRequest {
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr2.example.com")) + ";DNS=skr1.example.com"})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-1", "skr2.example.com")) + ";DNS=skr1.example.com"})
 		}, contract.ReasonSANMismatch),
 		Entry("URI SAN smuggling ;DNS=", func() *authv3.CheckRequest {
 			l, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr2.example.com"}, URIs: []string{"spiffe://x/y;DNS=skr1.example.com"}})
 			Expect(err).NotTo(HaveOccurred())
 			h := `Hash=1;Cert="` + xfcc.EncodeCert(l.CertPEM) + `";Subject="CN=runtime-1";URI=spiffe://x/y;DNS=skr1.example.com;DNS=skr2.example.com`
-			return extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: h})
+			return extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: h})
 		}, contract.ReasonSANMismatch),
 	)
 
@@ -196,7 +196,7 @@ var _ = Describe("ext-authz against a real API server", Ordered, func() {
 		annotate("skr-follow.example.com")
 		Eventually(decide).WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(allowedAs("runtime-follow", "skr-follow.example.com")))
 
-		Expect(kcp.Client.Delete(context.Background(), extauthztest.Kyma(kymaNamespace, "runtime-follow", "", nil))).To(Succeed())
+		Expect(kcp.Client.Delete(context.Background(), extauthz.Kyma(kymaNamespace, "runtime-follow", "", nil))).To(Succeed())
 		Eventually(decide).WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal(deniedFor(contract.ReasonUnknownRuntime)))
 	})
 
@@ -250,7 +250,7 @@ var _ = Describe("ext-authz readiness", func() {
 		defer conn.Close()
 		authz := authv3.NewAuthorizationClient(conn)
 		check := func() decision {
-			resp, err := authz.Check(ctx, extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: good}))
+			resp, err := authz.Check(ctx, extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: good}))
 			Expect(err).NotTo(HaveOccurred())
 			return decisionOf(resp)
 		}
@@ -305,7 +305,7 @@ var _ = Describe("ext-authz --ca-file", func() {
 			{rogue, deniedFor(contract.ReasonInvalidCertificate)},
 		} {
 			Eventually(func() decision {
-				resp, err := authz.Check(context.Background(), extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(tc.leaf)}))
+				resp, err := authz.Check(context.Background(), extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(tc.leaf)}))
 				Expect(err).NotTo(HaveOccurred())
 				return decisionOf(resp)
 			}).WithTimeout(time.Second).Should(Equal(tc.want))
@@ -364,7 +364,7 @@ var _ = Describe("ext-authz start-up", func() {
 	})
 
 	It("stops gracefully on SIGTERM", func() {
-		p, err := extauthztest.Start(binary, GinkgoWriter, startTimeout, "--kubeconfig="+kcp.KubeconfigPath)
+		p, err := extauthz.Start(binary, GinkgoWriter, startTimeout, "--kubeconfig="+kcp.KubeconfigPath)
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(p.Ready).WithTimeout(startTimeout).Should(BeTrue())
 		Expect(p.Stop(15 * time.Second)).To(Succeed())

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
+	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -62,12 +62,12 @@ var _ = AfterSuite(func() {
 
 // startExtAuthz starts the binary against the KCP and stops it (expecting a
 // clean exit) when the spec or container ends.
-func startExtAuthz(args ...string) *extauthztest.Process {
+func startExtAuthz(args ...string) *extauthz.Process {
 	GinkgoHelper()
 	if !hasArg(args, "--kubeconfig") {
 		args = append(args, "--kubeconfig="+kcp.KubeconfigPath)
 	}
-	p, err := extauthztest.Start(binary, GinkgoWriter, startTimeout, append(args, "--zap-log-level=debug")...)
+	p, err := extauthz.Start(binary, GinkgoWriter, startTimeout, append(args, "--zap-log-level=debug")...)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
 		Expect(p.Stop(15 * time.Second)).To(Succeed())
@@ -93,7 +93,7 @@ func issue(cn string, dns ...string) *pki.Leaf {
 }
 
 func xfccOf(l *pki.Leaf) string {
-	return extauthztest.GatewayXFCC(l.CertPEM, l.Cert.Subject.CommonName, l.Cert.DNSNames)
+	return extauthz.GatewayXFCC(l.CertPEM, l.Cert.Subject.CommonName, l.Cert.DNSNames)
 }
 
 func writeFile(name string, data []byte) string {

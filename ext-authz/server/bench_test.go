@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -23,7 +23,7 @@ func BenchmarkCheckInProcess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lookup := &mapLookup{runtimes: map[string]pinning.Runtime{}}
+	lookup := &mapLookup{runtimes: map[string]identity.Runtime{}}
 	var reqs []string
 	for i := range 64 {
 		id, domain := fmt.Sprintf("runtime-%d", i), fmt.Sprintf("skr-%d.example.com", i)
@@ -31,19 +31,19 @@ func BenchmarkCheckInProcess(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lookup.runtimes[id] = pinning.Runtime{ID: id, SKRDomain: domain}
-		reqs = append(reqs, extauthztest.GatewayXFCC(l.CertPEM, id, l.Cert.DNSNames))
+		lookup.runtimes[id] = identity.Runtime{ID: id, SKRDomain: domain}
+		reqs = append(reqs, extauthz.GatewayXFCC(l.CertPEM, id, l.Cert.DNSNames))
 	}
 	m, err := server.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := server.New(&pinning.Verifier{Lookup: lookup}, func() bool { return true }, m, logr.Discard())
+	srv := server.New(&identity.Verifier{Lookup: lookup}, func() bool { return true }, m, logr.Discard())
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		resp, err := srv.Check(ctx, extauthztest.CheckRequest("m", map[string]string{contract.HeaderXFCC: reqs[i%len(reqs)]}))
+		resp, err := srv.Check(ctx, extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: reqs[i%len(reqs)]}))
 		if err != nil || resp.GetOkResponse() == nil {
 			b.Fatalf("not allowed: %v %v", resp, err)
 		}

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 )
 
 // ExampleNew serves Check on a gRPC server; it answers 503 until ready
@@ -21,8 +21,8 @@ func ExampleNew() {
 	if err != nil {
 		return
 	}
-	lookup := &mapLookup{runtimes: map[string]pinning.Runtime{"runtime-1": {ID: "runtime-1", SKRDomain: "skr1.example.com"}}}
-	srv := server.New(&pinning.Verifier{Lookup: lookup}, ready.Load, metrics, logr.Discard())
+	lookup := &mapLookup{runtimes: map[string]identity.Runtime{"runtime-1": {ID: "runtime-1", SKRDomain: "skr1.example.com"}}}
+	srv := server.New(&identity.Verifier{Lookup: lookup}, ready.Load, metrics, logr.Discard())
 
 	gs := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(gs, srv)

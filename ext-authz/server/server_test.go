@@ -22,22 +22,22 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 // mapLookup is a RuntimeLookup over fixed runtimes; the cache-backed one is
 // exercised by the integration suite against a real API server.
 type mapLookup struct {
-	runtimes map[string]pinning.Runtime
+	runtimes map[string]identity.Runtime
 	fail     atomic.Bool
 }
 
-func (m *mapLookup) LookupRuntime(_ context.Context, id string) (pinning.Runtime, bool, error) {
+func (m *mapLookup) LookupRuntime(_ context.Context, id string) (identity.Runtime, bool, error) {
 	if m.fail.Load() {
-		return pinning.Runtime{}, false, errors.New("cache broken")
+		return identity.Runtime{}, false, errors.New("cache broken")
 	}
 	rt, ok := m.runtimes[id]
 	return rt, ok, nil
@@ -69,7 +69,7 @@ func start(t *testing.T) *fixture {
 	}
 	f := &fixture{
 		ready:   &atomic.Bool{},
-		lookup:  &mapLookup{runtimes: map[string]pinning.Runtime{"runtime-1": {ID: "runtime-1", SKRDomain: "SKR1.Example.com."}}},
+		lookup:  &mapLookup{runtimes: map[string]identity.Runtime{"runtime-1": {ID: "runtime-1", SKRDomain: "SKR1.Example.com."}}},
 		reg:     prometheus.NewRegistry(),
 		good:    issue("runtime-1", "skr1.example.com"),
 		other:   issue("runtime-1", "skr2.example.com"),
@@ -80,7 +80,7 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(&pinning.Verifier{Lookup: f.lookup}, f.ready.Load, m, logr.Discard())
+	srv := server.New(&identity.Verifier{Lookup: f.lookup}, f.ready.Load, m, logr.Discard())
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

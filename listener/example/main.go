@@ -43,7 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 )
@@ -113,7 +113,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	case "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())
 	case "san-pinning":
-		v := &pinning.Verifier{Lookup: pinning.NewKymaLookup(mgr.GetCache(), o.kymaNamespace)}
+		v := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), o.kymaNamespace)}
 		if o.caFile != "" {
 			pemBytes, err := os.ReadFile(o.caFile)
 			if err != nil {
@@ -124,7 +124,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 				return fmt.Errorf("--ca-file %s holds no PEM certificate", o.caFile)
 			}
 		}
-		if err := pinning.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
+		if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 			return fmt.Errorf("runtime-id index: %w", err)
 		}
 		lopts = append(lopts, listener.WithSANPinning(v))
@@ -139,7 +139,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	// Watch Kyma CRs from the start, so readiness waits for them and the
 	// first event does not.
-	if _, err := mgr.GetCache().GetInformer(ctx, pinning.NewKyma()); err != nil {
+	if _, err := mgr.GetCache().GetInformer(ctx, identity.NewKyma()); err != nil {
 		return fmt.Errorf("Kyma informer: %w", err)
 	}
 	l, err := listener.New(o.listenAddr, o.manager, lopts...)
@@ -219,7 +219,7 @@ type reconciler struct {
 // Reconcile reads the Kyma (metadata only, from the cache) and reports the
 // event. A real operator would reconcile the Kyma here.
 func (r *reconciler) Reconcile(ctx context.Context, ev kymaEvent) (reconcile.Result, error) {
-	kyma := pinning.NewKyma()
+	kyma := identity.NewKyma()
 	state := "exists"
 	if err := r.client.Get(ctx, ev.Kyma, kyma); err != nil {
 		if !apierrors.IsNotFound(err) {

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
@@ -70,7 +70,7 @@ func startManager(managerName string, setup func(mgr manager.Manager) []listener
 	err = ctrl.NewControllerManagedBy(mgr).Named(managerName).
 		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma(kymaNamespace))).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			k := pinning.NewKyma()
+			k := identity.NewKyma()
 			err := mgr.GetClient().Get(ctx, req.NamespacedName, k)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return reconcile.Result{}, err
@@ -154,8 +154,8 @@ var _ = Describe("a controller fed by the listener through source.Channel", func
 		r := createKyma(ctx, "runtime-r", "old.skr.example.com", nil)
 
 		l, got := startManager("pinning-manager", func(mgr manager.Manager) []listener.Option {
-			Expect(pinning.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer())).To(Succeed())
-			v := &pinning.Verifier{Lookup: pinning.NewKymaLookup(mgr.GetCache(), kymaNamespace), Roots: ca.Pool()}
+			Expect(identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer())).To(Succeed())
+			v := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), kymaNamespace), Roots: ca.Pool()}
 			return []listener.Option{listener.WithSANPinning(v)}
 		})
 

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -58,16 +58,12 @@ const (
 	ReasonBundleLeft        = "SKRBundleLeftInPlace"
 	ReasonCleanupFailed     = "CleanupFailed"
 
-	runtimeIDIndex        = "runtime-watcher.runtimeID"
 	defaultWorkers        = 8
 	defaultResync         = 10 * time.Minute
 	defaultWatcherDebunce = time.Second
 )
 
-var (
-	kymaGVK     = v1beta2.KymaGroupVersionKind
-	kymaListGVK = v1beta2.GroupVersion.WithKind("KymaList")
-)
+var kymaGVK = v1beta2.KymaGroupVersionKind
 
 // Reconciler keeps each runtime's Certificate and SKR bundle.
 type Reconciler struct {
@@ -118,23 +114,11 @@ func SKRClients() *skrclient.KubeconfigClients {
 	}
 }
 
-// NewKyma is an empty Kyma for metadata-only reads.
-func NewKyma() *metav1.PartialObjectMetadata {
-	k := &metav1.PartialObjectMetadata{}
-	k.SetGroupVersionKind(kymaGVK)
-	return k
-}
+// NewKyma is an empty Kyma for metadata-only reads (identity.NewKyma).
+func NewKyma() *metav1.PartialObjectMetadata { return identity.NewKyma() }
 
-func newKymaList() *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(kymaListGVK)
-	return l
-}
+func newKymaList() *metav1.PartialObjectMetadataList { return identity.NewKymaList() }
 
-// RuntimeID of a Kyma: its label kyma-project.io/runtime-id, else its name.
-func RuntimeID(kyma client.Object) string {
-	if id := kyma.GetLabels()[contract.LabelRuntimeID]; id != "" {
-		return id
-	}
-	return kyma.GetName()
-}
+// RuntimeID of a Kyma: identity.RuntimeIDOf, its label
+// kyma-project.io/runtime-id, else its name.
+func RuntimeID(kyma client.Object) string { return identity.RuntimeIDOf(kyma) }

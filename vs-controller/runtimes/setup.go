@@ -20,6 +20,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 )
@@ -42,9 +43,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Resync == 0 {
 		r.Resync = defaultResync
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, NewKyma(), runtimeIDIndex, func(o client.Object) []string {
-		return []string{RuntimeID(o)}
-	}); err != nil {
+	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
@@ -89,7 +88,7 @@ func watcherChanged(e event.UpdateEvent) bool {
 }
 
 // kymasForSecret maps a kubeconfig Secret or a Certificate Secret to the
-// Kymas of its runtime.
+// Kyma of its runtime, found as identity.NewKymaLookup finds it.
 func (r *Reconciler) kymasForSecret(ctx context.Context, s client.Object) []reconcile.Request {
 	id, ok := skrclient.RuntimeIDOfSecret(s.GetName())
 	if !ok {
@@ -97,16 +96,14 @@ func (r *Reconciler) kymasForSecret(ctx context.Context, s client.Object) []reco
 			return nil
 		}
 	}
-	list := newKymaList()
-	if err := r.Client.List(ctx, list, client.InNamespace(r.KymaNamespace), client.MatchingFields{runtimeIDIndex: id}); err != nil {
-		log.FromContext(ctx).Error(err, "list Kymas for a Secret event")
+	rt, found, err := identity.NewKymaLookup(r.Client, r.KymaNamespace).LookupRuntime(ctx, id)
+	if err != nil || !found {
+		if err != nil {
+			log.FromContext(ctx).Error(err, "look up the Kyma for a Secret event")
+		}
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: r.KymaNamespace, Name: rt.KymaName}}}
 }
 
 // allKymas enqueues every Kyma on a Watcher event, after the debounce delay

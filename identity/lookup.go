@@ -1,4 +1,4 @@
-package pinning
+package identity
 
 import (
 	"context"
@@ -17,6 +17,16 @@ import (
 // the value of their kyma-project.io/runtime-id label.
 const RuntimeIDField = "metadata.labels." + contract.LabelRuntimeID
 
+// RuntimeIDOf is the runtime ID of a Kyma CR: its kyma-project.io/runtime-id
+// label when set and non-empty, else its name. It is the one definition every
+// component uses (see the package documentation for the lookup's precedence).
+func RuntimeIDOf(kyma metav1.Object) string {
+	if id := kyma.GetLabels()[contract.LabelRuntimeID]; id != "" {
+		return id
+	}
+	return kyma.GetName()
+}
+
 // NewKyma returns an empty Kyma CR as metadata only, the form Kyma CRs are
 // cached and read in.
 func NewKyma() *metav1.PartialObjectMetadata {
@@ -34,6 +44,7 @@ func NewKymaList() *metav1.PartialObjectMetadataList {
 
 // IndexRuntimeID registers the RuntimeIDField index on Kyma CRs (metadata
 // only) with idx, normally a controller-runtime cache before it starts.
+// NewKymaLookup needs it.
 func IndexRuntimeID(ctx context.Context, idx client.FieldIndexer) error {
 	return idx.IndexField(ctx, NewKyma(), RuntimeIDField, func(o client.Object) []string {
 		if v := o.GetLabels()[contract.LabelRuntimeID]; v != "" {
@@ -44,11 +55,16 @@ func IndexRuntimeID(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 // NewKymaLookup returns a RuntimeLookup backed by a controller-runtime
-// client.Reader (normally a cache) that reads Kyma CRs as
-// metav1.PartialObjectMetadata in one namespace: by name first, then by the
-// runtime-id label through the field index registered by IndexRuntimeID.
-// Several Kyma CRs with the same runtime-id label (and none of that name)
-// are an error, so callers fail closed.
+// client.Reader (normally a cache with the IndexRuntimeID index) that reads
+// Kyma CRs as metav1.PartialObjectMetadata in one namespace. It finds the
+// Kyma whose RuntimeIDOf is the runtime ID, label before name:
+//
+//  1. the Kyma CRs labelled kyma-project.io/runtime-id=<id> (through the
+//     index): one is the answer; several are an error, so callers fail
+//     closed;
+//  2. else the Kyma CR named <id>, unless it carries a runtime-id label
+//     naming another runtime (it is that runtime's Kyma);
+//  3. else the runtime is unknown (found=false).
 func NewKymaLookup(r client.Reader, namespace string) RuntimeLookup {
 	return &kymaLookup{r: r, ns: namespace}
 }
@@ -59,35 +75,37 @@ type kymaLookup struct {
 }
 
 func (l *kymaLookup) LookupRuntime(ctx context.Context, runtimeID string) (Runtime, bool, error) {
-	if isDNS1123Subdomain(runtimeID) {
-		k := NewKyma()
-		err := l.r.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: runtimeID}, k)
-		switch {
-		case err == nil:
-			return runtimeOf(runtimeID, k), true, nil
-		case !apierrors.IsNotFound(err):
+	if len(validation.IsValidLabelValue(runtimeID)) == 0 && runtimeID != "" {
+		list := NewKymaList()
+		if err := l.r.List(ctx, list, client.InNamespace(l.ns), client.MatchingFields{RuntimeIDField: runtimeID}); err != nil {
 			return Runtime{}, false, err
 		}
+		switch len(list.Items) {
+		case 0:
+		case 1:
+			return runtimeOf(runtimeID, &list.Items[0]), true, nil
+		default:
+			return Runtime{}, false, fmt.Errorf("%d Kyma CRs in %q carry label %s=%s", len(list.Items), l.ns, contract.LabelRuntimeID, runtimeID)
+		}
 	}
-	if len(validation.IsValidLabelValue(runtimeID)) != 0 {
-		return Runtime{}, false, nil // no label can carry it
+	if !isDNS1123Subdomain(runtimeID) {
+		return Runtime{}, false, nil // no Kyma can have this name
 	}
-	list := NewKymaList()
-	if err := l.r.List(ctx, list, client.InNamespace(l.ns), client.MatchingFields{RuntimeIDField: runtimeID}); err != nil {
-		return Runtime{}, false, err
-	}
-	switch len(list.Items) {
-	case 0:
+	k := NewKyma()
+	err := l.r.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: runtimeID}, k)
+	switch {
+	case apierrors.IsNotFound(err):
 		return Runtime{}, false, nil
-	case 1:
-		return runtimeOf(runtimeID, &list.Items[0]), true, nil
-	default:
-		return Runtime{}, false, fmt.Errorf("%d Kyma CRs in %q carry label %s=%s", len(list.Items), l.ns, contract.LabelRuntimeID, runtimeID)
+	case err != nil:
+		return Runtime{}, false, err
+	case RuntimeIDOf(k) != runtimeID:
+		return Runtime{}, false, nil // labelled for another runtime
 	}
+	return runtimeOf(runtimeID, k), true, nil
 }
 
 func runtimeOf(id string, k *metav1.PartialObjectMetadata) Runtime {
-	return Runtime{ID: id, SKRDomain: k.GetAnnotations()[contract.AnnotationSKRDomain]}
+	return Runtime{ID: id, KymaName: k.GetName(), SKRDomain: k.GetAnnotations()[contract.AnnotationSKRDomain]}
 }
 
 // TrimKyma is a cache transform (client-go's TransformFunc) that keeps of a

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 

@@ -1,30 +1,4 @@
-// Package pinning does SAN pinning (ARCHITECTURE.md §3.4, §3.7): it takes
-// the client certificate from an x-forwarded-client-cert header, checks it
-// and accepts it only when the Kyma CR named by its CN carries, in its
-// skr-domain annotation, one of the certificate's DNS SANs.
-//
-// It is shared by ext-authz's gRPC server and the listener's in-process
-// mode, so it depends only on the standard library, k8s.io/apimachinery,
-// controller-runtime, ext-authz/xfcc and api/contract.
-//
-// Decisions, in the order they are checked:
-//
-//   - no header, or a header with no element: missing-client-cert;
-//   - header over 32 KiB, unparsable, more than one element, no Cert (or an
-//     empty one, or several; Chain is never used): malformed-xfcc;
-//   - Cert not decodable to one X.509 certificate: invalid-certificate;
-//   - more than contract.MaxSANs SANs (DNS + URI + IP + email): too-many-sans;
-//   - expired, not yet valid, empty CN, or (with Roots) not chaining to
-//     Roots for client authentication: invalid-certificate;
-//   - source certificate given but not decodable: invalid-certificate; given
-//     and not the same certificate: certificate-mismatch;
-//   - no Kyma CR for the CN: unknown-runtime; annotation missing or empty:
-//     domain-not-set; no DNS SAN equal to it (or it is not a DNS name):
-//     san-mismatch.
-//
-// CN and DNS SANs always come from the decoded certificate, never from the
-// header's DNS= or Subject= pairs.
-package pinning
+package identity
 
 import (
 	"context"
@@ -37,16 +11,19 @@ import (
 	"unsafe"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 )
 
-// Runtime is what SAN pinning needs to know of a Kyma CR.
+// Runtime is what SAN pinning (and a caller that enqueues the runtime's
+// Kyma) needs to know of a Kyma CR.
 type Runtime struct {
-	ID        string // runtime ID (Kyma name, or its kyma-project.io/runtime-id label)
+	ID        string // runtime ID: RuntimeIDOf the Kyma
+	KymaName  string // name of the Kyma CR (its namespace is the lookup's)
 	SKRDomain string // raw value of the skr-domain annotation; "" when not set
 }
 
-// RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such runtime.
+// RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such
+// runtime. NewKymaLookup is the implementation over Kyma CRs.
 type RuntimeLookup interface {
 	LookupRuntime(ctx context.Context, runtimeID string) (rt Runtime, found bool, err error)
 }
@@ -83,7 +60,7 @@ type Verifier struct {
 }
 
 // ErrNoLookup is returned by Verify when the Verifier has no Lookup.
-var ErrNoLookup = errors.New("pinning: Verifier.Lookup is nil")
+var ErrNoLookup = errors.New("identity: Verifier.Lookup is nil")
 
 // Verify checks the XFCC header (and, when non-empty, the PEM of
 // attributes.source.certificate, which must be the same certificate).
@@ -112,7 +89,7 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 
 	rt, found, err := v.Lookup.LookupRuntime(ctx, id.RuntimeID)
 	if err != nil {
-		return id, fmt.Errorf("pinning: looking up runtime %q: %w", id.RuntimeID, err)
+		return id, fmt.Errorf("identity: looking up runtime %q: %w", id.RuntimeID, err)
 	}
 	if !found {
 		return id, deny(contract.ReasonUnknownRuntime, "no Kyma for runtime %q", id.RuntimeID)

@@ -1,4 +1,4 @@
-package pinning
+package identity
 
 import (
 	"crypto/sha256"

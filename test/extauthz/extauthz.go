@@ -1,9 +1,12 @@
-// Package extauthztest runs the real ext-authz binary for tests and
-// benchmarks: it starts the process, learns the addresses it listens on from
-// its start-up log line, reports readiness, reads its resident memory and
-// stops it with SIGTERM. It also builds Kyma CRs and Envoy-shaped
-// CheckRequests. It replaces nothing: the binary and the API server are real.
-package extauthztest
+// Package extauthz helps test ext-authz and what sits behind it. It runs
+// the real ext-authz binary the way Kubernetes would (start the process,
+// learn its addresses from its start-up log line, probe readiness, read its
+// resident memory, stop it with SIGTERM), and it stands in for the Istio
+// ingress gateway's Envoy: GatewayXFCC writes the x-forwarded-client-cert
+// header Envoy sets with SANITIZE_SET, CheckRequest builds the CheckRequest
+// Envoy's ext_authz filter sends. Kyma builds the Kyma CRs Lifecycle Manager
+// would create. The binary and the API server are real.
+package extauthz
 
 import (
 	"bufio"
@@ -29,7 +32,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 )
 
 // StartedMessage is the log message ext-authz writes once it listens (a

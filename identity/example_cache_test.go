@@ -1,4 +1,4 @@
-package pinning_test
+package identity_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 )
 
 // ExampleNewKymaCache wires SAN pinning to the Kyma CRs of a cluster, as
@@ -18,7 +18,7 @@ func ExampleNewKymaCache() {
 		fmt.Println(err)
 		return
 	}
-	kymas, err := pinning.NewKymaCache(ctx, cfg, "kcp-system")
+	kymas, err := identity.NewKymaCache(ctx, cfg, "kcp-system")
 	if err != nil {
 		fmt.Println(err) // e.g. the Kyma CRD is not installed
 		return
@@ -27,7 +27,7 @@ func ExampleNewKymaCache() {
 	if !kymas.WaitForCacheSync(ctx) {
 		return
 	}
-	v := &pinning.Verifier{Lookup: pinning.NewKymaLookup(kymas, "kcp-system")}
+	v := &identity.Verifier{Lookup: identity.NewKymaLookup(kymas, "kcp-system")}
 	id, err := v.Verify(ctx, "Hash=...;Cert=\"...\"", "")
 	fmt.Println(id, err)
 }

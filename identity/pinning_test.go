@@ -1,4 +1,4 @@
-package pinning_test
+package identity_test
 
 import (
 	"context"
@@ -13,21 +13,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 // mapLookup is a RuntimeLookup over a fixed set of runtimes (the cache-backed
 // lookup is tested against a real API server in lookup_test.go).
 type mapLookup struct {
-	runtimes map[string]pinning.Runtime
+	runtimes map[string]identity.Runtime
 	err      error
 }
 
-func (m mapLookup) LookupRuntime(_ context.Context, id string) (pinning.Runtime, bool, error) {
+func (m mapLookup) LookupRuntime(_ context.Context, id string) (identity.Runtime, bool, error) {
 	if m.err != nil {
-		return pinning.Runtime{}, false, m.err
+		return identity.Runtime{}, false, m.err
 	}
 	rt, ok := m.runtimes[id]
 	return rt, ok, nil
@@ -113,7 +113,7 @@ func newCerts(t *testing.T) certs {
 
 func TestVerify(t *testing.T) {
 	c := newCerts(t)
-	lookup := mapLookup{runtimes: map[string]pinning.Runtime{
+	lookup := mapLookup{runtimes: map[string]identity.Runtime{
 		"runtime-1":           {ID: "runtime-1", SKRDomain: "skr1.example.com"},
 		"runtime-nodomain":    {ID: "runtime-nodomain"},
 		"runtime-emptydomain": {ID: "runtime-emptydomain", SKRDomain: " "},
@@ -121,9 +121,9 @@ func TestVerify(t *testing.T) {
 	}}
 	upperKyma := issue(t, c.ca, pki.LeafOptions{CommonName: "runtime-upper", DNSNames: []string{"skr1.example.com"}})
 	wildKyma := issue(t, c.ca, pki.LeafOptions{CommonName: "runtime-wild", DNSNames: []string{"*.example.com"}})
-	lookup.runtimes["runtime-wild"] = pinning.Runtime{ID: "runtime-wild", SKRDomain: "*.example.com"}
+	lookup.runtimes["runtime-wild"] = identity.Runtime{ID: "runtime-wild", SKRDomain: "*.example.com"}
 	badKyma := issue(t, c.ca, pki.LeafOptions{CommonName: "runtime-bad", DNSNames: []string{"skr_1%.example.com"}})
-	lookup.runtimes["runtime-bad"] = pinning.Runtime{ID: "runtime-bad", SKRDomain: "skr_1%.example.com"}
+	lookup.runtimes["runtime-bad"] = identity.Runtime{ID: "runtime-bad", SKRDomain: "skr_1%.example.com"}
 	good := gatewayXFCC(c.good)
 
 	tests := []struct {
@@ -132,15 +132,15 @@ func TestVerify(t *testing.T) {
 		source string
 		roots  bool
 		want   contract.DenyReason // "" = allow
-		wantID pinning.Identity
+		wantID identity.Identity
 	}{
-		{name: "good", header: good, wantID: pinning.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
-		{name: "good, upper-case SAN with trailing dot", header: gatewayXFCC(c.upperDot), wantID: pinning.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
-		{name: "good, annotation upper-case with trailing dot", header: gatewayXFCC(upperKyma), wantID: pinning.Identity{RuntimeID: "runtime-upper", SKRDomain: "skr1.example.com"}},
-		{name: "good, exactly 100 SANs", header: gatewayXFCC(c.sans100), wantID: pinning.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
-		{name: "good, with CA", header: good, roots: true, wantID: pinning.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
-		{name: "good, same source certificate (PEM)", header: good, source: string(c.good.CertPEM), wantID: pinning.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
-		{name: "good, same source certificate (URL-encoded, as Envoy)", header: good, source: url.QueryEscape(string(c.good.CertPEM)), wantID: pinning.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
+		{name: "good", header: good, wantID: identity.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
+		{name: "good, upper-case SAN with trailing dot", header: gatewayXFCC(c.upperDot), wantID: identity.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
+		{name: "good, annotation upper-case with trailing dot", header: gatewayXFCC(upperKyma), wantID: identity.Identity{RuntimeID: "runtime-upper", SKRDomain: "skr1.example.com"}},
+		{name: "good, exactly 100 SANs", header: gatewayXFCC(c.sans100), wantID: identity.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
+		{name: "good, with CA", header: good, roots: true, wantID: identity.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
+		{name: "good, same source certificate (PEM)", header: good, source: string(c.good.CertPEM), wantID: identity.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
+		{name: "good, same source certificate (URL-encoded, as Envoy)", header: good, source: url.QueryEscape(string(c.good.CertPEM)), wantID: identity.Identity{RuntimeID: "runtime-1", SKRDomain: "skr1.example.com"}},
 
 		{name: "no header", header: "", want: contract.ReasonMissingClientCert},
 		{name: "header over 32 KiB", header: good + ";Hash=" + strings.Repeat("a", contract.MaxXFCCBytes), want: contract.ReasonMalformedXFCC},
@@ -174,7 +174,7 @@ func TestVerify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := &pinning.Verifier{Lookup: lookup}
+			v := &identity.Verifier{Lookup: lookup}
 			if tt.roots {
 				v.Roots = c.ca.Pool()
 			}
@@ -190,7 +190,7 @@ func TestVerify(t *testing.T) {
 					}
 					continue
 				}
-				var d *pinning.Denial
+				var d *identity.Denial
 				if !errors.As(err, &d) {
 					t.Fatalf("round %d: want denial %s, got %v (identity %+v)", round, tt.want, err, id)
 				}
@@ -212,7 +212,7 @@ func TestVerify(t *testing.T) {
 
 func TestVerifyClock(t *testing.T) {
 	c := newCerts(t)
-	v := &pinning.Verifier{Lookup: mapLookup{runtimes: map[string]pinning.Runtime{"runtime-1": {SKRDomain: "skr1.example.com"}}}}
+	v := &identity.Verifier{Lookup: mapLookup{runtimes: map[string]identity.Runtime{"runtime-1": {SKRDomain: "skr1.example.com"}}}}
 	for _, tc := range []struct {
 		now  time.Time
 		want bool
@@ -224,7 +224,7 @@ func TestVerifyClock(t *testing.T) {
 	} {
 		v.Now = func() time.Time { return tc.now }
 		_, err := v.Verify(context.Background(), gatewayXFCC(c.good), "")
-		var d *pinning.Denial
+		var d *identity.Denial
 		if tc.want && err != nil || !tc.want && (!errors.As(err, &d) || d.Reason != contract.ReasonInvalidCertificate) {
 			t.Errorf("at %s: got %v, want allowed=%v", tc.now, err, tc.want)
 		}
@@ -241,8 +241,8 @@ func TestVerifyRootsWindow(t *testing.T) {
 	// The leaf outlives its CA by a day.
 	leaf := issue(t, ca, pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}, NotAfter: ca.Cert.NotAfter.Add(24 * time.Hour)})
 	now := time.Now()
-	v := &pinning.Verifier{
-		Lookup: mapLookup{runtimes: map[string]pinning.Runtime{"runtime-1": {SKRDomain: "skr1.example.com"}}},
+	v := &identity.Verifier{
+		Lookup: mapLookup{runtimes: map[string]identity.Runtime{"runtime-1": {SKRDomain: "skr1.example.com"}}},
 		Roots:  ca.Pool(),
 		Now:    func() time.Time { return now },
 	}
@@ -250,7 +250,7 @@ func TestVerifyRootsWindow(t *testing.T) {
 		t.Fatalf("within the CA's validity: %v", err)
 	}
 	now = ca.Cert.NotAfter.Add(time.Hour)
-	var d *pinning.Denial
+	var d *identity.Denial
 	if _, err := v.Verify(context.Background(), gatewayXFCC(leaf), ""); !errors.As(err, &d) || d.Reason != contract.ReasonInvalidCertificate {
 		t.Fatalf("after the CA expired: got %v, want invalid-certificate", err)
 	}
@@ -259,13 +259,13 @@ func TestVerifyRootsWindow(t *testing.T) {
 func TestVerifyLookupErrorFailsClosed(t *testing.T) {
 	c := newCerts(t)
 	boom := errors.New("cache broken")
-	v := &pinning.Verifier{Lookup: mapLookup{err: boom}}
+	v := &identity.Verifier{Lookup: mapLookup{err: boom}}
 	_, err := v.Verify(context.Background(), gatewayXFCC(c.good), "")
-	var d *pinning.Denial
+	var d *identity.Denial
 	if !errors.Is(err, boom) || errors.As(err, &d) {
 		t.Fatalf("want the lookup error (not a denial), got %v", err)
 	}
-	if _, err := (&pinning.Verifier{}).Verify(context.Background(), gatewayXFCC(c.good), ""); !errors.Is(err, pinning.ErrNoLookup) {
+	if _, err := (&identity.Verifier{}).Verify(context.Background(), gatewayXFCC(c.good), ""); !errors.Is(err, identity.ErrNoLookup) {
 		t.Fatalf("nil Lookup: got %v", err)
 	}
 }
@@ -278,7 +278,7 @@ func TestNormalizeDomain(t *testing.T) {
 		"":                 "",
 		"\u212Aa.com":      "\u212Aa.com", // Kelvin sign is not folded to 'k'
 	} {
-		if got := pinning.NormalizeDomain(in); got != want {
+		if got := identity.NormalizeDomain(in); got != want {
 			t.Errorf("NormalizeDomain(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -298,7 +298,7 @@ func containsString(ss []string, s string) bool {
 func Example() {
 	ca, _ := pki.NewCA("example-ca")
 	leaf, _ := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}})
-	v := &pinning.Verifier{Lookup: mapLookup{runtimes: map[string]pinning.Runtime{
+	v := &identity.Verifier{Lookup: mapLookup{runtimes: map[string]identity.Runtime{
 		"runtime-1": {ID: "runtime-1", SKRDomain: "SKR1.example.com."},
 	}}}
 
@@ -306,7 +306,7 @@ func Example() {
 	fmt.Println(id.RuntimeID, id.SKRDomain, err)
 
 	_, err = v.Verify(context.Background(), "", "")
-	var d *pinning.Denial
+	var d *identity.Denial
 	if errors.As(err, &d) {
 		fmt.Println(d.Reason)
 	}
@@ -322,7 +322,7 @@ func FuzzIsDNS1123Subdomain(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		want := len(validation.IsDNS1123Subdomain(s)) == 0
-		if got := pinning.IsDNS1123Subdomain(s); got != want {
+		if got := identity.IsDNS1123Subdomain(s); got != want {
 			t.Fatalf("isDNS1123Subdomain(%q) = %v, apimachinery says %v", s, got, want)
 		}
 	})
@@ -335,14 +335,14 @@ func TestVerifyConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lookup := mapLookup{runtimes: map[string]pinning.Runtime{}}
+	lookup := mapLookup{runtimes: map[string]identity.Runtime{}}
 	var headers []string
 	for i := range 32 {
 		id, domain := fmt.Sprintf("runtime-%d", i), fmt.Sprintf("skr-%d.example.com", i)
-		lookup.runtimes[id] = pinning.Runtime{ID: id, SKRDomain: domain}
+		lookup.runtimes[id] = identity.Runtime{ID: id, SKRDomain: domain}
 		headers = append(headers, gatewayXFCC(issue(t, ca, pki.LeafOptions{CommonName: id, DNSNames: []string{domain}})))
 	}
-	v := &pinning.Verifier{Lookup: lookup}
+	v := &identity.Verifier{Lookup: lookup}
 	errs := make(chan error, 8)
 	for w := range 8 {
 		go func() {

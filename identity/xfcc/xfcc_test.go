@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/xfcc"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -175,7 +175,7 @@ func TestFormatRoundTrip(t *testing.T) {
 	}
 }
 
-// Example shows the identity lookup ext-authz does: one element, its Cert
+// Example shows the identity lookup SAN pinning does: one element, its Cert
 // decoded into a certificate, and CN and DNS SANs taken from it.
 func Example() {
 	ca, _ := pki.NewCA("example-ca")

@@ -1,4 +1,4 @@
-package pinning_test
+package identity_test
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/extauthztest"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -43,27 +43,30 @@ func TestKymaLookup(t *testing.T) {
 		}
 	}
 	kymas := []client.Object{
-		extauthztest.Kyma(ns, "runtime-1", "skr1.example.com", nil),
-		extauthztest.Kyma(ns, "kyma-abc", "skr2.example.com", map[string]string{contract.LabelRuntimeID: "runtime-2", "team": "x"}),
-		extauthztest.Kyma(ns, "kyma-dup-1", "a.example.com", map[string]string{contract.LabelRuntimeID: "runtime-dup"}),
-		extauthztest.Kyma(ns, "kyma-dup-2", "b.example.com", map[string]string{contract.LabelRuntimeID: "runtime-dup"}),
-		extauthztest.Kyma(ns, "runtime-nodomain", "", nil),
-		extauthztest.Kyma(other, "runtime-3", "skr3.example.com", nil),
-		extauthztest.Kyma(other, "kyma-def", "skr3.example.com", map[string]string{contract.LabelRuntimeID: "runtime-3"}),
+		extauthz.Kyma(ns, "runtime-1", "skr1.example.com", nil),
+		extauthz.Kyma(ns, "kyma-abc", "skr2.example.com", map[string]string{contract.LabelRuntimeID: "runtime-2", "team": "x"}),
+		extauthz.Kyma(ns, "kyma-dup-1", "a.example.com", map[string]string{contract.LabelRuntimeID: "runtime-dup"}),
+		extauthz.Kyma(ns, "kyma-dup-2", "b.example.com", map[string]string{contract.LabelRuntimeID: "runtime-dup"}),
+		extauthz.Kyma(ns, "runtime-nodomain", "", nil),
+		extauthz.Kyma(other, "runtime-3", "skr3.example.com", nil),
+		extauthz.Kyma(other, "kyma-def", "skr3.example.com", map[string]string{contract.LabelRuntimeID: "runtime-3"}),
+		extauthz.Kyma(ns, "runtime-4", "skr5.example.com", map[string]string{contract.LabelRuntimeID: "runtime-5"}),
+		extauthz.Kyma(ns, "runtime-6", "named6.example.com", nil),
+		extauthz.Kyma(ns, "kyma-six", "skr6.example.com", map[string]string{contract.LabelRuntimeID: "runtime-6"}),
 	}
-	withExtra := extauthztest.Kyma(ns, "runtime-big", "big.example.com", nil)
+	withExtra := extauthz.Kyma(ns, "runtime-big", "big.example.com", nil)
 	withExtra.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: "big.example.com", "kubectl.kubernetes.io/last-applied-configuration": "{...}"})
 	kymas = append(kymas, withExtra)
 	// More than one page (500) of the informer's initial list.
 	for i := range 1200 {
-		kymas = append(kymas, extauthztest.Kyma(ns, fmt.Sprintf("bulk-%04d", i), fmt.Sprintf("bulk-%04d.example.com", i),
+		kymas = append(kymas, extauthz.Kyma(ns, fmt.Sprintf("bulk-%04d", i), fmt.Sprintf("bulk-%04d.example.com", i),
 			map[string]string{"operator.kyma-project.io/managed-by": "lifecycle-manager"}))
 	}
 	if err := createAll(ctx, kcp.Client, kymas); err != nil {
 		t.Fatal(err)
 	}
 
-	c, err := pinning.NewKymaCache(ctx, kcp.Config, ns)
+	c, err := identity.NewKymaCache(ctx, kcp.Config, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,24 +74,28 @@ func TestKymaLookup(t *testing.T) {
 	if !c.WaitForCacheSync(ctx) {
 		t.Fatal("cache did not sync")
 	}
-	lookup := pinning.NewKymaLookup(c, ns)
+	lookup := identity.NewKymaLookup(c, ns)
 
 	tests := []struct {
 		id      string
-		want    pinning.Runtime
+		want    identity.Runtime
 		found   bool
 		wantErr bool
 	}{
-		{id: "runtime-1", want: pinning.Runtime{ID: "runtime-1", SKRDomain: "skr1.example.com"}, found: true},
-		{id: "runtime-2", want: pinning.Runtime{ID: "runtime-2", SKRDomain: "skr2.example.com"}, found: true},
-		{id: "runtime-nodomain", want: pinning.Runtime{ID: "runtime-nodomain"}, found: true},
+		{id: "runtime-1", want: identity.Runtime{ID: "runtime-1", KymaName: "runtime-1", SKRDomain: "skr1.example.com"}, found: true},
+		{id: "runtime-2", want: identity.Runtime{ID: "runtime-2", KymaName: "kyma-abc", SKRDomain: "skr2.example.com"}, found: true},
+		{id: "kyma-abc"}, // its label names runtime-2
+		{id: "runtime-nodomain", want: identity.Runtime{ID: "runtime-nodomain", KymaName: "runtime-nodomain"}, found: true},
+		{id: "runtime-4"}, // named so, but labelled runtime-5
+		{id: "runtime-5", want: identity.Runtime{ID: "runtime-5", KymaName: "runtime-4", SKRDomain: "skr5.example.com"}, found: true},
+		{id: "runtime-6", want: identity.Runtime{ID: "runtime-6", KymaName: "kyma-six", SKRDomain: "skr6.example.com"}, found: true}, // label before name
 		{id: "runtime-3"},                  // only in another namespace
 		{id: "kyma-def"},                   // only in another namespace
 		{id: "runtime-unknown"},            // nowhere
 		{id: "Runtime_1"},                  // neither a name nor a label value of any Kyma
 		{id: "runtime-dup", wantErr: true}, // ambiguous label: fail closed
 		{id: string(make([]byte, 300))},    // not a valid name or label value
-		{id: "runtime-big", want: pinning.Runtime{ID: "runtime-big", SKRDomain: "big.example.com"}, found: true},
+		{id: "runtime-big", want: identity.Runtime{ID: "runtime-big", KymaName: "runtime-big", SKRDomain: "big.example.com"}, found: true},
 	}
 	for _, tt := range tests {
 		rt, found, err := lookup.LookupRuntime(ctx, tt.id)
@@ -103,9 +110,9 @@ func TestKymaLookup(t *testing.T) {
 			t.Errorf("LookupRuntime(%q) = %+v, %v, %v", id, rt, found, err)
 		}
 	}
-	all := pinning.NewKymaList()
-	if err := c.List(ctx, all, client.InNamespace(ns)); err != nil || len(all.Items) != 1206 {
-		t.Errorf("cache lists %d Kyma CRs (%v), want 1206", len(all.Items), err)
+	all := identity.NewKymaList()
+	if err := c.List(ctx, all, client.InNamespace(ns)); err != nil || len(all.Items) != 1209 {
+		t.Errorf("cache lists %d Kyma CRs (%v), want 1209", len(all.Items), err)
 	}
 	// Only Kyma CRs are cached; reading anything else fails instead of
 	// starting another informer.
@@ -114,7 +121,7 @@ func TestKymaLookup(t *testing.T) {
 	}
 
 	// The cache holds only what pinning reads.
-	k := pinning.NewKyma()
+	k := identity.NewKyma()
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kyma-abc"}, k); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +138,7 @@ func TestKymaLookup(t *testing.T) {
 
 func TestTrimKymaPassesOtherObjects(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"a": "b"}}}
-	got, err := pinning.TrimKyma(pod)
+	got, err := identity.TrimKyma(pod)
 	if err != nil || got != pod {
 		t.Fatalf("TrimKyma(pod) = %v, %v", got, err)
 	}
@@ -187,7 +194,7 @@ func TestNewKymaCacheWithoutCRD(t *testing.T) {
 	}
 	g := gomega.NewWithT(t)
 	g.Eventually(func() error {
-		_, err := pinning.NewKymaCache(ctx, kcp.Config, "kcp-system")
+		_, err := identity.NewKymaCache(ctx, kcp.Config, "kcp-system")
 		return err
 	}).WithTimeout(30 * time.Second).Should(gomega.MatchError(gomega.ContainSubstring("Kyma CRD")))
 }
