@@ -17,10 +17,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/version"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
-	"github.com/seed-c8be168e/runtime-watcher/version"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
 
