@@ -14,11 +14,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
-// options are ext-authz's flags. Each flag can also be set by the
-// environment variable EXT_AUTHZ_<FLAG> (upper case, '-' as '_'), e.g.
-// EXT_AUTHZ_KYMA_NAMESPACE; a command-line flag wins over the variable.
+// options are ext-authz's flags (flags only; no environment variables).
 type options struct {
 	grpcAddr      string
 	kubeconfig    string
@@ -29,49 +29,44 @@ type options struct {
 	apiTimeout    time.Duration
 	shutdownGrace time.Duration
 	zap           zap.Options
+	version       bool // print the version and exit
 
 	roots *x509.CertPool // from caFile
 }
 
-// envPrefix starts the environment variables that mirror the flags.
-const envPrefix = "EXT_AUTHZ_"
-
-// parseFlags parses and validates args (without the program name).
-func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (*options, error) {
+// parseFlags parses and validates args (without the program name). -h and
+// --help print the usage to errOut and return flag.ErrHelp.
+func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	o := &options{zap: zap.Options{Development: false}}
 	fs := flag.NewFlagSet("ext-authz", flag.ContinueOnError)
 	fs.SetOutput(errOut)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: ext-authz [flags]\n\nEnvoy ext_authz gRPC service: SAN pinning of SKR client certificates against the Kyma CRs.\n\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.grpcAddr, "grpc-addr", ":9001", "address of the gRPC server (envoy.service.auth.v3.Authorization and grpc.health.v1.Health)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file of the KCP cluster; in-cluster configuration when empty")
 	fs.StringVar(&o.kymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of the plain HTTP /metrics endpoint")
-	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "address of the plain HTTP /healthz and /readyz endpoints")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the plain HTTP /metrics endpoint")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the plain HTTP /healthz and /readyz endpoints")
+	fs.Var(fs.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
+	fs.Var(fs.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
 	fs.StringVar(&o.caFile, "ca-file", "", "optional PEM file of the CA client certificates must chain to (defence in depth; the gateway verifies first)")
 	fs.DurationVar(&o.apiTimeout, "api-timeout", 10*time.Second, "how long to wait for the API server at start-up before failing")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight Checks may take on SIGTERM")
+	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
 
-	// Environment variables become the defaults of their flags.
-	var envErrs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				envErrs = append(envErrs, fmt.Errorf("%s=%q: %w", name, v, err))
-			}
-			f.DefValue = v
-		}
-	})
-	if err := errors.Join(envErrs...); err != nil {
-		return nil, err
-	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.version = *showVersion; o.version {
+		return o, nil
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	for _, a := range []struct{ flag, addr string }{{"grpc-addr", o.grpcAddr}, {"metrics-addr", o.metricsAddr}, {"health-addr", o.healthAddr}} {
+	for _, a := range []struct{ flag, addr string }{{"grpc-addr", o.grpcAddr}, {"metrics-bind-address", o.metricsAddr}, {"health-probe-bind-address", o.healthAddr}} {
 		if err := validAddr(a.addr); err != nil {
 			return nil, fmt.Errorf("--%s %q: %w", a.flag, a.addr, err)
 		}
@@ -79,7 +74,7 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (*o
 	seen := map[string]bool{}
 	for _, a := range []string{o.grpcAddr, o.metricsAddr, o.healthAddr} {
 		if seen[a] && !strings.HasSuffix(a, ":0") {
-			return nil, fmt.Errorf("--grpc-addr, --metrics-addr and --health-addr must differ (%s, %s, %s)", o.grpcAddr, o.metricsAddr, o.healthAddr)
+			return nil, fmt.Errorf("--grpc-addr, --metrics-bind-address and --health-probe-bind-address must differ (%s, %s, %s)", o.grpcAddr, o.metricsAddr, o.healthAddr)
 		}
 		seen[a] = true
 	}

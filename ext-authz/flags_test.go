@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -41,16 +43,18 @@ func TestParseFlags(t *testing.T) {
 			check: func(o *options) bool {
 				return o.grpcAddr == "127.0.0.1:1" && o.kymaNamespace == "kyma" && o.kubeconfig == kubeconfig && o.roots != nil
 			}},
-		{name: "environment mirrors flags", env: map[string]string{"EXT_AUTHZ_KYMA_NAMESPACE": "from-env", "EXT_AUTHZ_API_TIMEOUT": "3s"},
-			check: func(o *options) bool { return o.kymaNamespace == "from-env" && o.apiTimeout == 3*time.Second }},
-		{name: "flag wins over environment", args: []string{"--kyma-namespace=from-flag"}, env: map[string]string{"EXT_AUTHZ_KYMA_NAMESPACE": "from-env"},
-			check: func(o *options) bool { return o.kymaNamespace == "from-flag" }},
-		{name: "bad environment value", env: map[string]string{"EXT_AUTHZ_API_TIMEOUT": "soon"}, wantErr: "EXT_AUTHZ_API_TIMEOUT"},
+		{name: "kubebuilder names", args: []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:9091"},
+			check: func(o *options) bool { return o.metricsAddr == ":9090" && o.healthAddr == ":9091" }},
+		{name: "deprecated aliases", args: []string{"--metrics-addr=:9092", "--health-addr=:9093"},
+			check: func(o *options) bool { return o.metricsAddr == ":9092" && o.healthAddr == ":9093" }},
+		{name: "the environment is not read", env: map[string]string{"EXT_AUTHZ_KYMA_NAMESPACE": "from-env", "EXT_AUTHZ_API_TIMEOUT": "soon"},
+			check: func(o *options) bool { return o.kymaNamespace == "kcp-system" && o.apiTimeout == 10*time.Second }},
+		{name: "version", args: []string{"--version", "--kyma-namespace=NOT-VALIDATED"}, check: func(o *options) bool { return o.version }},
 		{name: "bad namespace", args: []string{"--kyma-namespace=KCP"}, wantErr: "--kyma-namespace"},
-		{name: "bad port", args: []string{"--health-addr=:http"}, wantErr: "--health-addr"},
-		{name: "port out of range", args: []string{"--metrics-addr=:70000"}, wantErr: "--metrics-addr"},
-		{name: "same address", args: []string{"--grpc-addr=:9000", "--health-addr=:9000"}, wantErr: "must differ"},
-		{name: "port 0 may repeat", args: []string{"--grpc-addr=127.0.0.1:0", "--health-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0"},
+		{name: "bad port", args: []string{"--health-probe-bind-address=:http"}, wantErr: "--health-probe-bind-address"},
+		{name: "port out of range", args: []string{"--metrics-bind-address=:70000"}, wantErr: "--metrics-bind-address"},
+		{name: "same address", args: []string{"--grpc-addr=:9000", "--health-probe-bind-address=:9000"}, wantErr: "must differ"},
+		{name: "port 0 may repeat", args: []string{"--grpc-addr=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"},
 			check: func(o *options) bool { return o.grpcAddr == "127.0.0.1:0" }},
 		{name: "missing kubeconfig", args: []string{"--kubeconfig=" + filepath.Join(dir, "nope")}, wantErr: "--kubeconfig"},
 		{name: "CA file without certificates", args: []string{"--ca-file=" + kubeconfig}, wantErr: "no PEM certificate"},
@@ -59,7 +63,10 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			o, err := parseFlags(tt.args, io.Discard)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("want an error with %q, got %v", tt.wantErr, err)
@@ -73,5 +80,20 @@ func TestParseFlags(t *testing.T) {
 				t.Fatalf("unexpected options %+v", o)
 			}
 		})
+	}
+}
+
+func TestParseFlagsHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var out strings.Builder
+		_, err := parseFlags([]string{arg}, &out)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s: %v, want flag.ErrHelp", arg, err)
+		}
+		for _, want := range []string{"Usage: ext-authz", "-metrics-bind-address", "-health-probe-bind-address", "-version", "deprecated: use --metrics-bind-address"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s output lacks %q:\n%s", arg, want, out.String())
+			}
+		}
 	}
 }

@@ -2,13 +2,15 @@
 // at the KCP's Istio ingress gateway (ARCHITECTURE.md §3.4, §3.7).
 //
 // It serves envoy.service.auth.v3.Authorization and grpc.health.v1.Health on
-// --grpc-addr, /healthz and /readyz on --health-addr and /metrics on
-// --metrics-addr. Kyma CRs of --kyma-namespace are read from a metadata-only
+// --grpc-addr, /healthz and /readyz on --health-probe-bind-address and
+// /metrics on --metrics-bind-address. Kyma CRs of --kyma-namespace are read from a metadata-only
 // informer cache; until it has synced, readiness, the gRPC health status and
 // every Check answer "unavailable" (Check: HTTP 503, never allow).
 //
 // It exits at once with a message on bad flags or when the API server cannot
-// be reached within --api-timeout, and stops gracefully on SIGTERM.
+// be reached within --api-timeout, and stops gracefully on SIGTERM (in-flight
+// Checks get --shutdown-grace). Its Go soft memory limit is GOMEMLIMIT, or
+// else 90 % of the container's cgroup memory limit (package memlimit).
 package main
 
 import (
@@ -19,10 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"runtime/debug"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -39,36 +38,37 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/memlimit"
+	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
-// defaultGCPercent is the GC target unless GOGC is set.
-const defaultGCPercent = 50
-
 func main() {
-	o, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
-	}
-	if err != nil {
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "ext-authz: invalid flags:", err)
 		os.Exit(2)
+	case o.version:
+		version.Print(os.Stdout, "ext-authz")
+		os.Exit(0)
 	}
 	log := zap.New(zap.UseFlagOptions(&o.zap))
 	ctrllog.SetLogger(log)
-	if _, set := os.LookupEnv("GOGC"); !set {
-		// The live heap is small (the trimmed cache) and every Check makes
-		// short-lived garbage: collect at 50% growth instead of 100%, which
-		// keeps RSS well under 64 MiB with 10,000 runtimes for a few
-		// percent of CPU. GOGC overrides it.
-		debug.SetGCPercent(defaultGCPercent)
+	limit, source, err := memlimit.Apply(os.Getenv, memlimit.CgroupRoot, memlimit.DefaultRatio)
+	if err != nil {
+		log.Info("no soft memory limit from the cgroup", "error", err.Error())
 	}
+	log.Info("soft memory limit", "limit", memlimit.String(limit), "source", source)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	// SIGTERM or SIGINT ends ctx; a second signal exits at once.
+	ctx := signals.SetupSignalHandler()
 	if err := run(ctx, o, log); err != nil {
 		log.Error(err, "ext-authz failed")
 		fmt.Fprintln(os.Stderr, "ext-authz:", err)
@@ -99,11 +99,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 	metricsLis, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
-		return fmt.Errorf("--metrics-addr: %w", err)
+		return fmt.Errorf("--metrics-bind-address: %w", err)
 	}
 	healthLis, err := net.Listen("tcp", o.healthAddr)
 	if err != nil {
-		return fmt.Errorf("--health-addr: %w", err)
+		return fmt.Errorf("--health-probe-bind-address: %w", err)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -154,14 +154,6 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		if !kymas.WaitForCacheSync(ctx) {
 			return
 		}
-		// The initial list left garbage behind; give it back to the OS
-		// once, so the steady-state footprint is the cache itself.
-		debug.FreeOSMemory()
-		if n, err := releaseStartupPages(); err != nil {
-			log.Info("could not release start-up pages", "error", err.Error())
-		} else {
-			log.V(1).Info("released start-up pages of the executable", "bytes", n)
-		}
 		ready.Store(true)
 		for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
 			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
@@ -169,7 +161,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		log.Info("Kyma cache synced; serving")
 	}()
 	log.Info("ext-authz started", "grpcAddr", grpcLis.Addr().String(), "healthAddr", healthLis.Addr().String(),
-		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile)
+		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get())
 
 	var runErr error
 	select {

@@ -48,21 +48,39 @@ func imageBinary(binaries []string, image string) (string, bool) {
 	return "", false
 }
 
-// binaryFlags builds a binary and returns the flags its -h output lists.
-func binaryFlags(binary string) map[string]bool {
+// binaryFlags builds a binary, asks it for -h and --help (both must print
+// the usage and exit 0) and returns the flags listed, each with its usage
+// text.
+func binaryFlags(binary string) map[string]string {
 	GinkgoHelper()
 	bin, err := testenv.BuildBinary(binary)
 	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, _ := exec.CommandContext(ctx, bin, "-h").CombinedOutput() // -h exits 0 or 2 depending on the flag set
-	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+--?([A-Za-z0-9][-A-Za-z0-9_.]*)`).FindAllSubmatch(out, -1) {
-		flags[string(m[1])] = true
+	var out []byte
+	for _, arg := range []string{"-h", "--help"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err = exec.CommandContext(ctx, bin, arg).CombinedOutput()
+		cancel()
+		Expect(err).NotTo(HaveOccurred(), "%s %s must exit 0:\n%s", binary, arg, out)
+	}
+	// flag.PrintDefaults: "  -name type" then the usage, indented by a tab.
+	flags := map[string]string{}
+	name := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := regexp.MustCompile(`^\s+--?([A-Za-z0-9][-A-Za-z0-9_.]*)`).FindStringSubmatch(line); m != nil && !strings.HasPrefix(line, "    \t") {
+			name = m[1]
+			flags[name] = ""
+			continue
+		}
+		if name != "" {
+			flags[name] += strings.TrimSpace(line) + " "
+		}
 	}
 	Expect(flags).NotTo(BeEmpty(), "%s -h listed no flags:\n%s", binary, out)
 	return flags
 }
+
+// deprecated says whether a flag's usage marks it as a deprecated alias.
+func deprecated(usage string) bool { return strings.HasPrefix(usage, "deprecated") }
 
 var _ = Describe("the binaries, the Dockerfile and the images", func() {
 	It("build every Makefile binary from a main package", func() {
@@ -149,7 +167,29 @@ var _ = Describe("the binaries, the Dockerfile and the images", func() {
 		}
 	})
 
-	It("pass every binary only flags it defines (each binary built and asked for -h)", func() {
+	It("follow one convention: kubebuilder's flag names, --help and --version exit 0", func() {
+		for _, b := range makefileBinaries() {
+			flags := binaryFlags(b)
+			for _, f := range []string{"metrics-bind-address", "health-probe-bind-address", "version"} {
+				Expect(flags).To(HaveKey(f), "%s lacks --%s", b, f)
+				Expect(deprecated(flags[f])).To(BeFalse(), "%s --%s", b, f)
+			}
+			for _, old := range []string{"metrics-addr", "health-addr"} {
+				if usage, ok := flags[old]; ok {
+					Expect(deprecated(usage)).To(BeTrue(), "%s --%s is only a deprecated alias: %q", b, old, usage)
+				}
+			}
+			bin, err := testenv.BuildBinary(b)
+			Expect(err).NotTo(HaveOccurred())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			out, err := exec.CommandContext(ctx, bin, "--version").Output()
+			cancel()
+			Expect(err).NotTo(HaveOccurred(), "%s --version must exit 0", b)
+			Expect(string(out)).To(MatchRegexp(`^`+regexp.QuoteMeta(path.Base(b))+` \S+ \(go[^)]+\)\n$`), "%s --version", b)
+		}
+	})
+
+	It("pass every binary only flags it defines, none of them deprecated (each binary built and asked for -h)", func() {
 		binaries := makefileBinaries()
 		type use struct{ where, flag string }
 		uses := map[string][]use{}
@@ -171,6 +211,7 @@ var _ = Describe("the binaries, the Dockerfile and the images", func() {
 			flags := binaryFlags(b)
 			for _, u := range list {
 				Expect(flags).To(HaveKey(u.flag), "%s passes --%s, which %s does not define", u.where, u.flag, b)
+				Expect(deprecated(flags[u.flag])).To(BeFalse(), "%s passes --%s, a deprecated alias: %s", u.where, u.flag, flags[u.flag])
 			}
 		}
 	})

@@ -329,9 +329,6 @@ var _ = Describe("the KCP manifests", func() {
 						Expect(p.HTTPGet.Path).To(Equal(probe), what)
 						Expect(p.HTTPGet.Port.Type).To(Equal(intstr.String), what)
 						port := containerPort(c, p.HTTPGet.Port.StrVal)
-						if a, ok := containerArgs(c)["health-addr"]; ok {
-							Expect(addrPort(a)).To(Equal(port), what)
-						}
 						if a, ok := containerArgs(c)["health-probe-bind-address"]; ok {
 							Expect(addrPort(a)).To(Equal(port), what)
 						}

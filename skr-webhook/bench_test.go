@@ -128,9 +128,9 @@ func startBenchApp(b testing.TB, mode kcpstub.Mode) *benchApp {
 	}
 	cfg, err := parseConfig([]string{
 		"--kcp-addr", stub.Addr(), "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile,
-		"--listen-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
+		"--listen-addr", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
 		"--request-timeout", "1s", "--drain-timeout", "100ms",
-	}, func(string) string { return "" }, io.Discard)
+	}, io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
 // config is the parsed command line.
@@ -36,20 +36,21 @@ type config struct {
 	drainTimeout     time.Duration
 	certPollInterval time.Duration
 
-	zap zap.Options
+	zap     zap.Options
+	version bool // print the version and exit
 }
 
-// envName is the environment variable mirroring a flag: --kcp-addr → KCP_ADDR.
-func envName(flagName string) string {
-	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// parseConfig reads flags; every flag of the webhook (not the logging
-// flags) may also come from its environment variable, the flag winning.
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+// parseConfig reads and validates the flags (flags only; no environment
+// variables). -h and --help print the usage to stderr and return
+// flag.ErrHelp; --version returns at once with c.version set.
+func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("skr-webhook", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: skr-webhook [flags]\n\nAdmission webhook in an SKR: answers POST /validate/<manager> at once and delivers WatchEvents to the KCP over mTLS.\n\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&c.listenAddr, "listen-addr", ":8443", "HTTPS address of the admission endpoint POST /validate/<manager>")
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM), e.g. tls.crt of Secret skr-webhook-tls (required)")
 	fs.StringVar(&c.keyFile, "tls-key-file", "", "serving key (PEM) (required)")
@@ -57,8 +58,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.kcpAddr, "kcp-addr", "", "KCP gateway host[:port]; events go to https://<kcp-addr>/v2/<manager>/event (required)")
 	fs.StringVar(&c.clientCertFile, "client-cert-file", "", "client certificate towards the KCP (default: --tls-cert-file)")
 	fs.StringVar(&c.clientKeyFile, "client-key-file", "", "client key towards the KCP (default: --tls-key-file)")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", ":2112", "plain HTTP address of /metrics")
-	fs.StringVar(&c.healthAddr, "health-addr", ":8081", "plain HTTP address of /healthz and /readyz")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":2112", "plain HTTP address of /metrics")
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "plain HTTP address of /healthz and /readyz")
+	fs.Var(fs.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
+	fs.Var(fs.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
 	fs.IntVar(&c.queueSize, "queue-size", 10000, "pending deliveries held; when full the oldest is dropped")
 	fs.IntVar(&c.workers, "workers", 16, "concurrent deliveries to the KCP")
 	fs.DurationVar(&c.maxRetryAge, "max-retry-age", 10*time.Minute, "stop retrying an event whose newest change is older than this")
@@ -68,32 +71,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.objectInterval, "object-interval", time.Second, "least time between two deliveries of one object; changes in between coalesce (0: none)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long pending events may still be delivered")
 	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
-
-	own := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
+	showVersion := version.BindFlag(fs)
 	c.zap.BindFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if c.version = *showVersion; c.version {
+		return c, nil
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if !own[f.Name] || set[f.Name] {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s: %w", envName(f.Name), err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
 	}
 	clientDefaulted := c.clientCertFile == "" && c.clientKeyFile == ""
 	if clientDefaulted {
@@ -105,7 +93,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 func (c *config) validate(clientDefaulted bool) error {
 	var errs []error
 	if c.kcpAddr == "" {
-		errs = append(errs, errors.New("--kcp-addr (or $KCP_ADDR) is required"))
+		errs = append(errs, errors.New("--kcp-addr is required"))
 	} else if _, err := delivery.ParseKCPAddr(c.kcpAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--kcp-addr: %w", err))
 	}

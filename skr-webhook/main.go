@@ -5,22 +5,23 @@
 // the KCP asynchronously over mTLS (coalescing, retrying, bounded). The
 // serving and client certificates are reloaded when their files change.
 // SIGTERM stops the admission endpoint, drains pending events for a
-// bounded time and exits.
+// bounded time (--drain-timeout) and exits. Its Go soft memory limit is
+// GOMEMLIMIT, or else 90 % of the container's cgroup memory limit (package
+// memlimit).
 package main
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -30,24 +31,38 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "skr-webhook:", err)
+	cfg, err := parseConfig(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "skr-webhook: invalid flags:", err)
 		os.Exit(2)
+	case cfg.version:
+		version.Print(os.Stdout, "skr-webhook")
+		os.Exit(0)
 	}
 	ctrllog.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
 	log := ctrllog.Log.WithName("skr-webhook")
+	limit, source, err := memlimit.Apply(os.Getenv, memlimit.CgroupRoot, memlimit.DefaultRatio)
+	if err != nil {
+		log.Info("no soft memory limit from the cgroup", "error", err.Error())
+	}
+	log.Info("soft memory limit", "limit", memlimit.String(limit), "source", source)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	// SIGTERM or SIGINT ends ctx; a second signal exits at once.
+	ctx := signals.SetupSignalHandler()
 	a, err := newApp(cfg, log)
 	if err != nil {
 		log.Error(err, "startup failed")
@@ -69,6 +84,7 @@ type app struct {
 	client       *delivery.Client
 	dispatcher   *delivery.Dispatcher
 	handler      *admission.Handler
+	registry     *prometheus.Registry // the webhook's own metrics (/metrics adds controller-runtime's)
 
 	webhook, metrics, health       *http.Server
 	webhookLn, metricsLn, healthLn net.Listener
@@ -113,6 +129,7 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	}
 
 	reg := prometheus.NewRegistry()
+	a.registry = reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	dcfg := cfg.dispatcherConfig()
 	dcfg.Registerer = reg
@@ -149,8 +166,8 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 		ln         *net.Listener
 	}{
 		{"listen-addr", cfg.listenAddr, &a.webhookLn},
-		{"metrics-addr", cfg.metricsAddr, &a.metricsLn},
-		{"health-addr", cfg.healthAddr, &a.healthLn},
+		{"metrics-bind-address", cfg.metricsAddr, &a.metricsLn},
+		{"health-probe-bind-address", cfg.healthAddr, &a.healthLn},
 	} {
 		if *l.ln, err = net.Listen("tcp", l.addr); err != nil {
 			a.closeListeners()
@@ -215,7 +232,7 @@ func (a *app) run(ctx context.Context) error {
 	serve("health", func() error { return a.health.Serve(a.healthLn) })
 	a.ready.Store(true)
 	a.log.Info("serving", "webhook", a.webhookLn.Addr().String(), "metrics", a.metricsLn.Addr().String(),
-		"health", a.healthLn.Addr().String(), "kcp", a.cfg.kcpAddr)
+		"health", a.healthLn.Addr().String(), "kcp", a.cfg.kcpAddr, "version", version.Get())
 
 	var runErr error
 	select {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
@@ -84,14 +88,28 @@ func TestParseConfig(t *testing.T) {
 			},
 		},
 		{
-			name: "environment mirrors flags; a flag wins",
-			args: append(base, "--workers", "3"),
-			env:  map[string]string{"KCP_ADDR": "kcp:443", "WORKERS": "7", "QUEUE_SIZE": "5", "MAX_RETRY_AGE": "1m"},
+			name: "the environment is not read",
+			args: append(base, "--kcp-addr", "kcp:443", "--workers", "3"),
+			env:  map[string]string{"KCP_ADDR": "other:443", "WORKERS": "7", "QUEUE_SIZE": "many", "MAX_RETRY_AGE": "1m"},
 			check: func(t *testing.T, c *config) {
-				if c.kcpAddr != "kcp:443" || c.workers != 3 || c.queueSize != 5 || c.maxRetryAge != time.Minute {
+				if c.kcpAddr != "kcp:443" || c.workers != 3 || c.queueSize != 10000 || c.maxRetryAge != 10*time.Minute {
 					t.Errorf("%+v", c)
 				}
 			},
+		},
+		{
+			name: "kubebuilder names and their deprecated aliases",
+			args: append(base, "--kcp-addr", "kcp", "--metrics-bind-address", ":9090", "--health-addr", ":9091"),
+			check: func(t *testing.T, c *config) {
+				if c.metricsAddr != ":9090" || c.healthAddr != ":9091" {
+					t.Errorf("addresses %s %s", c.metricsAddr, c.healthAddr)
+				}
+			},
+		},
+		{
+			name:  "version needs no other flag",
+			args:  []string{"--version"},
+			check: func(t *testing.T, c *config) { t.Helper(); gomega.NewWithT(t).Expect(c.version).To(gomega.BeTrue()) },
 		},
 		{
 			name: "separate client pair",
@@ -102,7 +120,7 @@ func TestParseConfig(t *testing.T) {
 				}
 			},
 		},
-		{name: "kcp-addr required", args: base, err: []string{"--kcp-addr (or $KCP_ADDR) is required"}},
+		{name: "kcp-addr required", args: base, env: map[string]string{"KCP_ADDR": "kcp"}, err: []string{"--kcp-addr is required"}},
 		{name: "kcp-addr with scheme", args: append(base, "--kcp-addr", "https://kcp"), err: []string{"--kcp-addr", "host[:port]"}},
 		{
 			name: "missing files are named",
@@ -124,12 +142,14 @@ func TestParseConfig(t *testing.T) {
 			args: append(base, "--kcp-addr", "kcp", "--queue-size", "0", "--workers", "0", "--request-timeout", "0s"),
 			err:  []string{"--queue-size", "--workers", "--request-timeout"},
 		},
-		{name: "bad env value", args: base, env: map[string]string{"KCP_ADDR": "k", "WORKERS": "many"}, err: []string{"$WORKERS"}},
 		{name: "stray argument", args: append(base, "--kcp-addr", "kcp", "extra"), err: []string{"unexpected arguments"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseConfig(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, err := parseConfig(tt.args, io.Discard)
 			if len(tt.err) > 0 {
 				if err == nil {
 					t.Fatalf("no error, want %q", tt.err)
@@ -149,12 +169,26 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+func TestParseConfigHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var out strings.Builder
+		if _, err := parseConfig([]string{arg}, &out); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s: %v, want flag.ErrHelp", arg, err)
+		}
+		for _, want := range []string{"Usage: skr-webhook", "-metrics-bind-address", "-health-probe-bind-address", "-version"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s output lacks %q", arg, want)
+			}
+		}
+	}
+}
+
 func TestNewAppRejectsUnusableCertificates(t *testing.T) {
 	f := writeFiles(t)
 	cfg := func(cert, key, ca string) *config {
 		c, err := parseConfig([]string{"--kcp-addr", "127.0.0.1:1", "--tls-cert-file", cert, "--tls-key-file", key,
-			"--ca-file", ca, "--listen-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"},
-			func(string) string { return "" }, io.Discard)
+			"--ca-file", ca, "--listen-addr", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"},
+			io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,22 +245,28 @@ func TestAppLifecycle(t *testing.T) {
 		gomega.NewWithT(t).Eventually(func() int { return env.stub.Count("lifecycle-manager", ev) }).
 			WithTimeout(10*time.Second).Should(gomega.Equal(1), name)
 	}
+	// /metrics serves the webhook's registry and controller-runtime's
+	// (certwatcher) together.
 	metrics := "http://" + env.app.metricsLn.Addr().String() + "/metrics"
-	resp, err = http.Get(metrics)
-	if err != nil {
-		t.Fatal(err)
+	if err := testutil.ScrapeAndCompare(metrics, strings.NewReader(`
+# HELP runtime_watcher_skr_webhook_events_delivered_total Deliveries the KCP answered with 2xx.
+# TYPE runtime_watcher_skr_webhook_events_delivered_total counter
+runtime_watcher_skr_webhook_events_delivered_total 2
+# HELP runtime_watcher_skr_webhook_queue_depth Deliveries owed: pending entries (new or waiting to retry) plus in-flight ones changed meanwhile.
+# TYPE runtime_watcher_skr_webhook_queue_depth gauge
+runtime_watcher_skr_webhook_queue_depth 0
+`), "runtime_watcher_skr_webhook_events_delivered_total", "runtime_watcher_skr_webhook_queue_depth"); err != nil {
+		t.Error(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	for _, want := range []string{
-		`skr_webhook_admission_requests_total{manager="lifecycle-manager",operation="UPDATE",result="emitted"} 2`,
-		`skr_webhook_events_delivered_total 2`,
-		`skr_webhook_queue_depth 0`,
-		`certwatcher_read_certificate_total`,
-	} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("metrics lack %q", want)
-		}
+	if err := testutil.GatherAndCompare(env.app.registry, strings.NewReader(`
+# HELP runtime_watcher_skr_webhook_admission_requests_total Admission requests by manager, operation and result (emitted, unchanged, dry_run, connect, other_subresource, bad_request, too_large, not_found, method_not_allowed).
+# TYPE runtime_watcher_skr_webhook_admission_requests_total counter
+runtime_watcher_skr_webhook_admission_requests_total{manager="lifecycle-manager",operation="UPDATE",result="emitted"} 2
+`), "runtime_watcher_skr_webhook_admission_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(ctrlmetrics.Registry, "certwatcher_read_certificate_total"); err != nil || n == 0 {
+		t.Errorf("certwatcher metrics: %d series, %v", n, err)
 	}
 	if err := env.stop(); err != nil {
 		t.Fatal(err)

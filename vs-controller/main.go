@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/version"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
@@ -53,9 +54,22 @@ func main() {
 	fs.IntVar(&o.WatcherWorkers, "watcher-workers", 4, "Watchers reconciled in parallel")
 	fs.Float64Var(&qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&burst, "kube-api-burst", 100, "KCP client burst")
+	showVersion := version.BindFlag(fs)
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
-	flag.Parse()
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: vs-controller [flags]\n\nKCP controller: Istio VirtualServices for Watchers, per-runtime certificates and the SKR bundle.\n\n")
+		fs.PrintDefaults()
+	}
+	flag.Parse() // -h and --help print the usage and exit 0; bad flags exit 2
+	if *showVersion {
+		version.Print(os.Stdout, "vs-controller")
+		os.Exit(0)
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "vs-controller: unexpected arguments: %q\n", flag.Args())
+		os.Exit(2)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("vs-controller")
 
@@ -83,7 +97,7 @@ func main() {
 		log.Error(err, "set up manager")
 		os.Exit(1)
 	}
-	log.Info("starting", "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace)
+	log.Info("starting", "version", version.Get(), "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

@@ -333,7 +333,7 @@ var _ = Describe("ext-authz start-up", func() {
 		},
 		Entry("namespace not a DNS label", []string{"--kyma-namespace=Kcp_System"}, "--kyma-namespace"),
 		Entry("address without port", []string{"--grpc-addr=localhost"}, "--grpc-addr"),
-		Entry("same address twice", []string{"--metrics-addr=:18080", "--health-addr=:18080"}, "must differ"),
+		Entry("same address twice", []string{"--metrics-bind-address=:18080", "--health-probe-bind-address=:18080"}, "must differ"),
 		Entry("CA file without certificates", []string{"--ca-file=/dev/null"}, "--ca-file"),
 		Entry("unknown flag", []string{"--no-such-flag"}, "no-such-flag"),
 		Entry("stray argument", []string{"extra"}, "unexpected arguments"),
@@ -358,7 +358,7 @@ var _ = Describe("ext-authz start-up", func() {
 		path := filepath.Join(GinkgoT().TempDir(), "down.kubeconfig")
 		Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
 
-		out, code := run("--kubeconfig="+path, "--api-timeout=2s", "--grpc-addr=127.0.0.1:0", "--health-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0")
+		out, code := run("--kubeconfig="+path, "--api-timeout=2s", "--grpc-addr=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
 		Expect(code).To(Equal(1))
 		Expect(out).To(ContainSubstring("not reachable"))
 	})

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,6 +47,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
+	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
 // kymaEvent is the work item: the Kyma to reconcile and the event that
@@ -64,27 +66,43 @@ type options struct {
 	identity, caFile                   string
 	tlsCertFile, tlsKeyFile            string
 	print                              string
+	leaderElect                        bool
+	leaderElectionNamespace            string
 }
 
 func main() {
 	var o options
+	// --kubeconfig is registered by controller-runtime (pkg/client/config).
 	flag.StringVar(&o.listenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
 	flag.StringVar(&o.manager, "manager", "example-operator", "manager name in the event path (a DNS-1123 label)")
 	flag.StringVar(&o.kymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs")
-	flag.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics (\"0\" disables)")
-	flag.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz (\"0\" disables)")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (\"0\" disables)")
+	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables)")
+	flag.Var(flag.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
+	flag.Var(flag.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: only the leader serves events and reconciles")
+	flag.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	flag.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
 	flag.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
 	flag.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	flag.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	flag.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
+	showVersion := version.BindFlag(flag.CommandLine)
 	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nAn example KCP operator that reconciles the Kyma of every SKR event it receives.\n\n", os.Args[0])
 		flag.PrintDefaults()
 	}
-	flag.Parse()
+	flag.Parse() // -h and --help print the usage and exit 0; bad flags exit 2
+	if *showVersion {
+		version.Print(os.Stdout, "example")
+		os.Exit(0)
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "example: unexpected arguments: %q\n", flag.Args())
+		os.Exit(2)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(ctrl.SetupSignalHandler(), o, os.Stdout); err != nil {
@@ -99,10 +117,19 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	leNamespace := o.leaderElectionNamespace
+	if leNamespace == "" {
+		leNamespace = o.kymaNamespace
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress: o.healthAddr,
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{o.kymaNamespace: {}}},
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.healthAddr,
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{o.kymaNamespace: {}}},
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "example-operator.runtime-watcher.kyma-project.io",
+		LeaderElectionNamespace: leNamespace,
+		// The listener and the controller get this long to stop on SIGTERM.
+		GracefulShutdownTimeout: ptr.To(10 * time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)

@@ -197,7 +197,7 @@ var _ = Describe("the example operator", func() {
 		Expect(err).NotTo(HaveOccurred())
 		listenAddr, healthAddr := freeAddr(), freeAddr()
 		cmd := exec.Command(bin, "--kubeconfig", kcp.KubeconfigPath, "--listen-addr", listenAddr,
-			"--health-addr", healthAddr, "--metrics-addr", "0", "--manager", "example-operator", "--kyma-namespace", kymaNamespace)
+			"--health-probe-bind-address", healthAddr, "--metrics-bind-address", "0", "--manager", "example-operator", "--kyma-namespace", kymaNamespace)
 		session, err := gexec.Start(cmd, GinkgoWriter, GinkgoWriter)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { session.Terminate().Wait(30 * time.Second) })

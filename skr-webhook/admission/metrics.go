@@ -30,11 +30,11 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skr_webhook_admission_requests_total",
+			Name: "runtime_watcher_skr_webhook_admission_requests_total",
 			Help: "Admission requests by manager, operation and result (emitted, unchanged, dry_run, connect, other_subresource, bad_request, too_large, not_found, method_not_allowed).",
 		}, []string{"manager", "operation", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "skr_webhook_admission_duration_seconds",
+			Name:    "runtime_watcher_skr_webhook_admission_duration_seconds",
 			Help:    "Time from receiving an admission request to answering it.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5, 1},
 		}),

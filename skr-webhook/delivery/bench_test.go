@@ -50,10 +50,10 @@ func BenchmarkDeliveryThroughput(b *testing.B) {
 	if err := d.Shutdown(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	if got := metric(b, reg, "skr_webhook_events_dropped_total", "reason", DropQueueFull); got != 0 {
+	if got := metric(b, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropQueueFull); got != 0 {
 		b.Fatalf("%v dropped", got)
 	}
-	if got := metric(b, reg, "skr_webhook_events_delivered_total"); got != float64(n) {
+	if got := metric(b, reg, "runtime_watcher_skr_webhook_events_delivered_total"); got != float64(n) {
 		b.Fatalf("delivered %v, want %d", got, n)
 	}
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
@@ -92,7 +92,7 @@ func BenchmarkBurstMemory(b *testing.B) {
 		if held := d.queue.Len(); held > size+16 {
 			b.Fatalf("%d entries held", held)
 		}
-		dropped := metric(b, reg, "skr_webhook_events_dropped_total", "reason", DropQueueFull)
+		dropped := metric(b, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropQueueFull)
 		if dropped < burst-size-16 {
 			b.Fatalf("dropped %v", dropped)
 		}

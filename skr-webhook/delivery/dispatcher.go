@@ -69,7 +69,7 @@ func (c *Config) defaults() {
 	}
 }
 
-// Drop reasons (label "reason" of skr_webhook_events_dropped_total).
+// Drop reasons (label "reason" of runtime_watcher_skr_webhook_events_dropped_total).
 const (
 	DropQueueFull = "queue_full"
 	DropExpired   = "expired"

@@ -125,17 +125,17 @@ func TestDispatcherRetriesFailuresUntilDelivered(t *testing.T) {
 			d := New(fastConfig(reg), s, logr.Discard())
 			d.Start()
 			d.Enqueue("lifecycle-manager", watch("a"))
-			eventually(t, "delivery", func() bool { return metric(t, reg, "skr_webhook_events_delivered_total") == 1 })
+			eventually(t, "delivery", func() bool { return metric(t, reg, "runtime_watcher_skr_webhook_events_delivered_total") == 1 })
 			if err := d.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if got := s.count("a"); got != 4 {
 				t.Errorf("%d attempts, want 4", got)
 			}
-			if got := metric(t, reg, "skr_webhook_event_retries_total"); got != 3 {
+			if got := metric(t, reg, "runtime_watcher_skr_webhook_event_retries_total"); got != 3 {
 				t.Errorf("retries %v, want 3", got)
 			}
-			if got := metric(t, reg, "skr_webhook_delivery_latency_seconds"); got != 1 {
+			if got := metric(t, reg, "runtime_watcher_skr_webhook_delivery_latency_seconds"); got != 1 {
 				t.Errorf("latency samples %v, want 1", got)
 			}
 		})
@@ -151,12 +151,12 @@ func TestDispatcherDropsRejectedEvents(t *testing.T) {
 	d.Start()
 	d.Enqueue("m", watch("a"))
 	eventually(t, "drop", func() bool {
-		return metric(t, reg, "skr_webhook_events_dropped_total", "reason", DropRejected) == 1
+		return metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropRejected) == 1
 	})
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if s.count("a") != 1 || metric(t, reg, "skr_webhook_event_retries_total") != 0 {
+	if s.count("a") != 1 || metric(t, reg, "runtime_watcher_skr_webhook_event_retries_total") != 0 {
 		t.Fatalf("rejected event retried: %d attempts", s.count("a"))
 	}
 }
@@ -172,7 +172,7 @@ func TestDispatcherExpiresAfterMaxRetryAge(t *testing.T) {
 	d.Start()
 	d.Enqueue("m", watch("a"))
 	eventually(t, "expiry", func() bool {
-		return metric(t, reg, "skr_webhook_events_dropped_total", "reason", DropExpired) == 1
+		return metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropExpired) == 1
 	})
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -195,15 +195,15 @@ func TestDispatcherEnqueueNeverBlocks(t *testing.T) {
 		d.Enqueue("m", watch(fmt.Sprint(i)))
 	}
 	eventually(t, "workers busy", func() bool { return d.Depth() == 100 })
-	dropped := metric(t, reg, "skr_webhook_events_dropped_total", "reason", DropQueueFull)
+	dropped := metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropQueueFull)
 	if dropped != 10000-100-4 {
 		t.Fatalf("dropped %v, want %d", dropped, 10000-100-4)
 	}
-	if got := metric(t, reg, "skr_webhook_queue_depth"); got != 100 {
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_queue_depth"); got != 100 {
 		t.Fatalf("queue depth gauge %v", got)
 	}
 	close(s.release)
-	eventually(t, "drain", func() bool { return metric(t, reg, "skr_webhook_events_delivered_total") == 104 })
+	eventually(t, "drain", func() bool { return metric(t, reg, "runtime_watcher_skr_webhook_events_delivered_total") == 104 })
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -242,10 +242,10 @@ func TestDispatcherCoalescesAndRedeliversChangesInFlight(t *testing.T) {
 	if got := s.count("a"); got != 2 {
 		t.Fatalf("%d deliveries, want 2 (one in flight, one for the changes meanwhile)", got)
 	}
-	if got := metric(t, reg, "skr_webhook_events_coalesced_total"); got != 500 {
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_coalesced_total"); got != 500 {
 		t.Fatalf("coalesced %v, want 500", got)
 	}
-	if got := metric(t, reg, "skr_webhook_events_emitted_total"); got != 501 {
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_emitted_total"); got != 501 {
 		t.Fatalf("emitted %v, want 501", got)
 	}
 }
@@ -264,7 +264,7 @@ func TestDispatcherShutdownDrainsPending(t *testing.T) {
 		t.Fatalf("%d delivered during drain, want 50", got)
 	}
 	d.Enqueue("m", watch("late"))
-	if got := metric(t, reg, "skr_webhook_events_dropped_total", "reason", DropShutdown); got != 1 {
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropShutdown); got != 1 {
 		t.Fatalf("event after shutdown: dropped %v, want 1", got)
 	}
 }
@@ -286,7 +286,7 @@ func TestDispatcherShutdownIsBounded(t *testing.T) {
 	if err := d.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("shutdown: %v, want deadline exceeded", err)
 	}
-	if got := metric(t, reg, "skr_webhook_events_dropped_total", "reason", DropShutdown); got != 20 {
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropShutdown); got != 20 {
 		t.Fatalf("dropped at shutdown %v, want 20", got)
 	}
 }

@@ -96,7 +96,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(os.WriteFile(kcpCAFile, kcpCA.PEM, 0o600)).To(Succeed())
 
 	webhook, err = startProcess(binary,
-		"--listen-addr", freeAddr(), "--metrics-addr", freeAddr(), "--health-addr", freeAddr(),
+		"--listen-addr", freeAddr(), "--metrics-bind-address", freeAddr(), "--health-probe-bind-address", freeAddr(),
 		"--tls-cert-file", filepath.Join(certDir, "tls.crt"), "--tls-key-file", filepath.Join(certDir, "tls.key"),
 		"--ca-file", kcpCAFile, "--kcp-addr", stub.Addr(),
 		"--retry-base-delay", "50ms", "--retry-max-delay", "500ms", "--request-timeout", requestTimeout.String(),
@@ -246,9 +246,9 @@ func startProcess(binary string, args ...string) (*process, error) {
 		switch args[i] {
 		case "--listen-addr":
 			p.listenAddr = args[i+1]
-		case "--metrics-addr":
+		case "--metrics-bind-address":
 			p.metricsAddr = args[i+1]
-		case "--health-addr":
+		case "--health-probe-bind-address":
 			p.healthAddr = args[i+1]
 		}
 	}

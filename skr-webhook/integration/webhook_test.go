@@ -20,7 +20,7 @@ func count(name string) func() int {
 }
 
 func admissions(result string) float64 {
-	return webhook.metric("skr_webhook_admission_requests_total", "manager", manager, "result", result)
+	return webhook.metric("runtime_watcher_skr_webhook_admission_requests_total", "manager", manager, "result", result)
 }
 
 func patchSpec(ctx SpecContext, name string, value any) error {
@@ -90,7 +90,7 @@ var _ = Describe("skr-webhook behind a real SKR API server", Ordered, func() {
 			Eventually(count(n)).Should(Equal(1))
 		}
 		emitted := admissions("emitted")
-		retries := webhook.metric("skr_webhook_event_retries_total")
+		retries := webhook.metric("runtime_watcher_skr_webhook_event_retries_total")
 
 		Expect(stub.SetMode(mode)).To(Succeed())
 		var slowest time.Duration
@@ -106,7 +106,7 @@ var _ = Describe("skr-webhook behind a real SKR API server", Ordered, func() {
 		// request timeout.
 		Expect(slowest).To(BeNumerically("<", requestTimeout/2))
 		Expect(admissions("emitted")).To(BeNumerically(">=", emitted+30), "the API server did not call the webhook")
-		Eventually(func() float64 { return webhook.metric("skr_webhook_event_retries_total") }).
+		Eventually(func() float64 { return webhook.metric("runtime_watcher_skr_webhook_event_retries_total") }).
 			Should(BeNumerically(">", retries), "deliveries did not fail while the KCP was down")
 
 		final := map[string]string{}
@@ -142,8 +142,8 @@ var _ = Describe("skr-webhook behind a real SKR API server", Ordered, func() {
 	It("serves and sends the rotated certificate without a restart and without failed deliveries", func(ctx SpecContext) {
 		Expect(skr.Create(ctx, kyma("rotation"))).To(Succeed())
 		Eventually(count("rotation")).Should(Equal(1))
-		retries := webhook.metric("skr_webhook_event_retries_total")
-		dropped := webhook.metric("skr_webhook_events_dropped_total")
+		retries := webhook.metric("runtime_watcher_skr_webhook_event_retries_total")
+		dropped := webhook.metric("runtime_watcher_skr_webhook_events_dropped_total")
 		handshakeErrors := stub.HandshakeErrors()
 		oldSerial := stub.DeliveriesOf(manager, eventOf("rotation"))[0].Serial
 
@@ -177,8 +177,8 @@ var _ = Describe("skr-webhook behind a real SKR API server", Ordered, func() {
 				Expect(d.Serial).To(Equal(newSerial), "delivery of %s after the rotation", d.Event.Watched.Name)
 			}
 		}
-		Expect(webhook.metric("skr_webhook_event_retries_total")).To(Equal(retries), "deliveries failed around the rotation")
-		Expect(webhook.metric("skr_webhook_events_dropped_total")).To(Equal(dropped))
+		Expect(webhook.metric("runtime_watcher_skr_webhook_event_retries_total")).To(Equal(retries), "deliveries failed around the rotation")
+		Expect(webhook.metric("runtime_watcher_skr_webhook_events_dropped_total")).To(Equal(dropped))
 		Expect(stub.HandshakeErrors()).To(Equal(handshakeErrors))
 	}, SpecTimeout(3*time.Minute))
 
@@ -186,7 +186,7 @@ var _ = Describe("skr-webhook behind a real SKR API server", Ordered, func() {
 		Expect(skr.Create(ctx, kyma("burst"))).To(Succeed())
 		Eventually(count("burst")).Should(Equal(1))
 		emitted := admissions("emitted")
-		coalesced := webhook.metric("skr_webhook_events_coalesced_total")
+		coalesced := webhook.metric("runtime_watcher_skr_webhook_events_coalesced_total")
 
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -216,20 +216,20 @@ var _ = Describe("skr-webhook behind a real SKR API server", Ordered, func() {
 		deliveries := count("burst")() - 1
 		fmt.Fprintf(GinkgoWriter, "1,000 updates in %v → %d deliveries\n", elapsed, deliveries)
 		Expect(admissions("emitted") - emitted).To(BeNumerically(">=", 1000))
-		Expect(webhook.metric("skr_webhook_events_coalesced_total") - coalesced).To(BeNumerically(">=", 1000-deliveries))
+		Expect(webhook.metric("runtime_watcher_skr_webhook_events_coalesced_total") - coalesced).To(BeNumerically(">=", 1000-deliveries))
 		// One delivery per --object-interval at most, plus the first and the last.
 		Expect(deliveries).To(BeNumerically("<=", int(elapsed/objectInterval)+2))
 	}, SpecTimeout(5*time.Minute))
 
 	It("on SIGTERM stops, delivers what is pending within the drain time and exits 0", func(ctx SpecContext) {
 		Expect(stub.SetMode(kcpstub.Refusing)).To(Succeed())
-		retries := webhook.metric("skr_webhook_event_retries_total")
+		retries := webhook.metric("runtime_watcher_skr_webhook_event_retries_total")
 		var names []string
 		for i := 0; i < 5; i++ {
 			names = append(names, fmt.Sprintf("drain-%d", i))
 			Expect(skr.Create(ctx, kyma(names[i]))).To(Succeed())
 		}
-		Eventually(func() float64 { return webhook.metric("skr_webhook_event_retries_total") }).
+		Eventually(func() float64 { return webhook.metric("runtime_watcher_skr_webhook_event_retries_total") }).
 			Should(BeNumerically(">=", retries+5))
 		webhook.terminate()
 		Eventually(func() int { return webhook.get("/readyz") }).ShouldNot(Equal(200))

@@ -61,7 +61,7 @@ const maxOutput = 1 << 20
 // than timeout.
 func Start(binary string, logOut io.Writer, timeout time.Duration, args ...string) (*Process, error) {
 	all := args
-	for _, d := range []string{"--grpc-addr=127.0.0.1:0", "--health-addr=127.0.0.1:0", "--metrics-addr=127.0.0.1:0"} {
+	for _, d := range []string{"--grpc-addr=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"} {
 		if !hasFlag(args, strings.SplitN(d, "=", 2)[0]) {
 			all = append(all, d)
 		}

@@ -176,10 +176,10 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 
-	kcpEnv := []string{"KUBECONFIG=" + s.KCP.KubeconfigPath}
-	p, err := s.start("ext-authz", binaries["ext-authz"], nil, kcpEnv,
-		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-addr", authzHealth,
-		"--metrics-addr", authzMetrics, "--kyma-namespace", KymaNamespace)
+	// Every binary is configured by flags only (--kubeconfig for the KCP).
+	p, err := s.start("ext-authz", binaries["ext-authz"], nil, nil,
+		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-probe-bind-address", authzHealth,
+		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace)
 	if err != nil {
 		return s, err
 	}
@@ -192,9 +192,9 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.Events = events
 	pr, pw := io.Pipe()
 	s.goRun(func() error { return readEvents(pr, events) })
-	p, err = s.start("example-operator", binaries["listener/example"], pw, kcpEnv,
-		"--listen-addr", opListen, "--manager", Manager, "--kyma-namespace", KymaNamespace,
-		"--health-addr", opHealth, "--metrics-addr", opMetrics, "--print", "json")
+	p, err = s.start("example-operator", binaries["listener/example"], pw, nil,
+		"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", opListen, "--manager", Manager, "--kyma-namespace", KymaNamespace,
+		"--health-probe-bind-address", opHealth, "--metrics-bind-address", opMetrics, "--print", "json")
 	if err != nil {
 		return s, err
 	}
@@ -210,7 +210,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}
 	s.step("gateway stand-in (Istio ingress, mTLS + ext_authz) on %s", s.GatewayAddr)
 
-	p, err = s.start("vs-controller", binaries["vs-controller"], nil, kcpEnv,
+	p, err = s.start("vs-controller", binaries["vs-controller"], nil, nil,
 		"--kubeconfig", s.KCP.KubeconfigPath,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", vsHealth,
 		"--kyma-namespace", KymaNamespace, "--gateway-namespace", GatewayNamespace, "--skr-namespace", SKRNamespace,
@@ -240,7 +240,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 
 	caFile := filepath.Join(s.certDir, "ca.crt")
 	p, err = s.start("skr-webhook", binaries["skr-webhook"], nil, nil,
-		"--listen-addr", webhookListen, "--health-addr", webhookHealth, "--metrics-addr", webhookMetrics,
+		"--listen-addr", webhookListen, "--health-probe-bind-address", webhookHealth, "--metrics-bind-address", webhookMetrics,
 		"--tls-cert-file", filepath.Join(s.certDir, "tls.crt"), "--tls-key-file", filepath.Join(s.certDir, "tls.key"),
 		"--ca-file", caFile, "--kcp-addr", s.GatewayAddr, "--drain-timeout", "2s")
 	if err != nil {
