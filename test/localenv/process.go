@@ -40,8 +40,8 @@ func startProcess(dir, name, binary string, stdout io.Writer, env []string, args
 		cmd.Stdout = stdout
 	}
 	// Not in the terminal's process group: Ctrl-C reaches `make run`, which
-	// then stops the processes in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// then stops the processes in order; and gone with the runner.
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -59,17 +59,21 @@ func startProcess(dir, name, binary string, stdout io.Writer, env []string, args
 	return p, nil
 }
 
-// stop sends SIGTERM and waits up to 10 s, then kills.
+// pid is the process's id (and that of its process group).
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// stop sends SIGTERM to the process's group and waits up to 10 s, then
+// kills the group.
 func (p *process) stop() error {
 	if p == nil {
 		return nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
 	select {
 	case <-p.done:
 		return nil
 	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 		<-p.done
 		return fmt.Errorf("%s did not stop within 10s after SIGTERM; killed", p.name)
 	}
