@@ -19,7 +19,8 @@ import (
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed when it exited
+	err  error         // how it exited, once done is closed
 	log  string
 }
 
@@ -46,14 +47,14 @@ func startProcess(dir, name, binary string, stdout io.Writer, env []string, args
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan error, 1), log: logPath}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
 	go func() {
 		err := cmd.Wait()
 		_ = logFile.Close()
 		if c, ok := stdout.(io.Closer); ok {
 			_ = c.Close() // the reader of a pipe sees EOF
 		}
-		p.done <- err
+		p.err = err
 		close(p.done)
 	}()
 	return p, nil
@@ -94,8 +95,8 @@ func (p *process) waitReady(ctx context.Context, url string, timeout time.Durati
 			}
 		}
 		select {
-		case err := <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, err, p.logTail())
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, p.err, p.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s within %s; its log ends:\n%s", p.name, url, timeout, p.logTail())
 		case <-tick.C:

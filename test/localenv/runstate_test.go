@@ -234,7 +234,10 @@ func TestClaimRunKillsOnlyWhatIsStillOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-exited:
+	case err := <-exited:
+		if !strings.Contains(fmt.Sprint(err), "killed") {
+			t.Errorf("the leftover ended with %v, want killed", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the recorded leftover was not killed")
 	}
