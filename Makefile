@@ -8,13 +8,13 @@ SHELL := /usr/bin/env bash
 # controller-runtime v0.22.x) and for the API server the tests run against.
 K8S_VERSION        ?= 1.34.2
 CONTROLLER_TOOLS   ?= v0.19.0
-KUSTOMIZE_VERSION  ?= v5.7.1
+GOLANGCI_LINT_VERSION ?= v2.15.0
 
 ROOT        := $(CURDIR)
 BIN         := $(ROOT)/bin
 K8S_ASSETS  := $(BIN)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS)
-KUSTOMIZE   := $(BIN)/kustomize-$(KUSTOMIZE_VERSION)
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_ASSETS)
 export PATH := $(K8S_ASSETS):$(PATH)
 
@@ -32,10 +32,13 @@ K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
 
 .PHONY: run
 run: build envtest-assets ## Bring up KCP and SKR API servers and the whole system locally; Ctrl-C stops it.
-	go run ./test/run
+	@# Built and exec'ed rather than `go run`: the signals (Ctrl-C, SIGTERM)
+	@# reach the program itself, which stops every process it started.
+	go build -o $(BIN)/run ./test/run
+	exec $(BIN)/run
 
 .PHONY: test
-test: envtest-assets lint ## Unit, integration and e2e tests against real API servers.
+test: envtest-assets verify ## Unit, integration and e2e tests against real API servers.
 	go test $(GO_TEST_FLAGS) ./...
 
 ##@ Development
@@ -61,11 +64,30 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings lan
 	go test -run '^$$' -fuzz '^FuzzIsDNS1123Subdomain$$' -fuzztime $(FUZZTIME) ./identity/
 	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./skr-webhook/admission/
 
+.PHONY: verify
+verify: lint verify-generated ## golangci-lint, then check that generated code, CRDs, RBAC and go.mod are up to date.
+
 .PHONY: lint
-lint: ## gofmt check and go vet.
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
-	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	go vet ./...
+lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml (includes gofmt, goimports and go vet).
+	$(GOLANGCI_LINT) run ./...
+
+# Snapshots what `make generate manifests` and `go mod tidy` may write, runs
+# them, and fails with the diff when anything changed: something generated
+# was not regenerated and committed. Works on a tree with uncommitted changes
+# too (only what generation changes counts).
+GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum
+
+.PHONY: verify-generated
+verify-generated: $(CONTROLLER_GEN) ## Fail (with the diff) when `make generate manifests` or `go mod tidy` would change a file.
+	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
+	  tar -cf - $(GENERATED) | tar -xf - -C "$$snap"; \
+	  $(MAKE) --no-print-directory generate manifests; \
+	  go mod tidy; (cd test/tools/k8s && go mod tidy); \
+	  changed=0; for f in $(GENERATED); do \
+	    if ! diff -ruN "$$snap/$$f" "$$f" > "$$snap/.diff"; then changed=1; sed "s#$$snap/##" "$$snap/.diff"; fi; \
+	  done; rm -f "$$snap/.diff"; \
+	  if [ $$changed = 1 ]; then echo "verify: the files above were stale; run 'make generate manifests' and 'go mod tidy' (also in test/tools/k8s) and commit the result." >&2; exit 1; fi; \
+	  echo "verify: generated code, CRDs, RBAC and go.mod are up to date."
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy code.
@@ -99,9 +121,9 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS) && mv $(BIN)/controller-gen $@
 
-$(KUSTOMIZE):
+$(GOLANGCI_LINT):
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && mv $(BIN)/kustomize $@
+	GOBIN=$(BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) && mv $(BIN)/golangci-lint $@
 
 ##@ Images and clusters
 

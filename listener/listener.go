@@ -282,7 +282,7 @@ func (l *Listener) Start(ctx context.Context) error {
 		_ = srv.Close()
 		return fmt.Errorf("listener: graceful shutdown: %w", err)
 	}
-	<-errc
+	<-errc //nolint:errcheck // http.ErrServerClosed, after Shutdown
 	l.log.Info("stopped serving SKR events")
 	return nil
 }

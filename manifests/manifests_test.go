@@ -344,7 +344,7 @@ var _ = Describe("the API server", Ordered, func() {
 			Entry("ext-authz lists Kymas in kcp-system", "ext-authz", access{"kcp-system", "list", kyma, "kymas", ""}),
 			Entry("vs-controller lists Gateways in istio-system", "vs-controller", access{"istio-system", "list", istio, "gateways", ""}),
 			Entry("vs-controller creates VirtualServices beside a Watcher", "vs-controller", access{"team-a", "create", istio, "virtualservices", ""}),
-			Entry("vs-controller updates Watcher status", "vs-controller", access{"team-a", "update", watcherGroup, "watchers", "status"}),
+			Entry("vs-controller patches Watcher status", "vs-controller", access{"team-a", "patch", watcherGroup, "watchers", "status"}),
 			Entry("vs-controller sets Watcher finalizers", "vs-controller", access{"team-a", "update", watcherGroup, "watchers", "finalizers"}),
 			Entry("vs-controller patches Kymas (finalizer) in kcp-system", "vs-controller", access{"kcp-system", "patch", kyma, "kymas", ""}),
 			Entry("vs-controller reads kubeconfig Secrets in kcp-system", "vs-controller", access{"kcp-system", "watch", "", "secrets", ""}),

@@ -19,7 +19,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
-	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 

@@ -155,6 +155,7 @@ func TestCheckAllow(t *testing.T) {
 		t.Fatalf("no ok_response: %v", resp)
 	}
 	for _, h := range ok.GetHeaders() {
+		//nolint:staticcheck // SA1019: checks that the deprecated append field stays unset
 		if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD || h.GetAppend() != nil {
 			t.Errorf("header %s: append_action %v, append %v", h.GetHeader().GetKey(), h.GetAppendAction(), h.GetAppend())
 		}

@@ -167,7 +167,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	// Watch Kyma CRs from the start, so readiness waits for them and the
 	// first event does not.
 	if _, err := mgr.GetCache().GetInformer(ctx, identity.NewKyma()); err != nil {
-		return fmt.Errorf("Kyma informer: %w", err)
+		return fmt.Errorf("informer for Kymas: %w", err)
 	}
 	l, err := listener.New(o.listenAddr, o.manager, lopts...)
 	if err != nil {

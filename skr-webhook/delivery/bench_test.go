@@ -10,7 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 )
 
 // BenchmarkDeliveryThroughput delivers 20,000 distinct events per iteration

@@ -15,7 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 

@@ -35,7 +35,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/internal/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 

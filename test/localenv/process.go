@@ -19,7 +19,8 @@ import (
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed when it exited
+	err  error         // how it exited, once done is closed
 	log  string
 }
 
@@ -40,36 +41,40 @@ func startProcess(dir, name, binary string, stdout io.Writer, env []string, args
 		cmd.Stdout = stdout
 	}
 	// Not in the terminal's process group: Ctrl-C reaches `make run`, which
-	// then stops the processes in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// then stops the processes in order; and gone with the runner.
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan error, 1), log: logPath}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
 	go func() {
 		err := cmd.Wait()
 		_ = logFile.Close()
 		if c, ok := stdout.(io.Closer); ok {
 			_ = c.Close() // the reader of a pipe sees EOF
 		}
-		p.done <- err
+		p.err = err
 		close(p.done)
 	}()
 	return p, nil
 }
 
-// stop sends SIGTERM and waits up to 10 s, then kills.
+// pid is the process's id (and that of its process group).
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// stop sends SIGTERM to the process's group and waits up to 10 s, then
+// kills the group.
 func (p *process) stop() error {
 	if p == nil {
 		return nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
 	select {
 	case <-p.done:
 		return nil
 	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 		<-p.done
 		return fmt.Errorf("%s did not stop within 10s after SIGTERM; killed", p.name)
 	}
@@ -90,8 +95,8 @@ func (p *process) waitReady(ctx context.Context, url string, timeout time.Durati
 			}
 		}
 		select {
-		case err := <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, err, p.logTail())
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, p.err, p.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s within %s; its log ends:\n%s", p.name, url, timeout, p.logTail())
 		case <-tick.C:

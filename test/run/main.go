@@ -3,16 +3,23 @@
 // in the SKR every few seconds and prints, for each change, what the example
 // operator in the KCP received and how long it took from the SKR write to the
 // operator. Ctrl-C stops everything and removes the temporary files.
+//
+// Cleaning up does not depend on stdout: it comes first, and writes to a
+// closed stdout (`make run | tee log` with tee stopped by the same Ctrl-C)
+// fail quietly. Every process it starts dies with it, even on SIGKILL
+// (Linux's parent-death signal; envtest's kube-apiserver and etcd through a
+// link to this program, see apiServerShim), and a run that was killed is
+// cleaned up by the next one (localenv.ClaimRun).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +35,18 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
+// Environment of the kube-apiserver and etcd shims: where the real binaries
+// are, and the runner's pid.
+const (
+	envRealAssets = "RUNTIME_WATCHER_RUN_REAL_ASSETS"
+	envRunnerPID  = "RUNTIME_WATCHER_RUN_PID"
+)
+
 func main() {
+	if err := apiServerShim(); err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(1)
+	}
 	interval := flag.Duration("interval", 3*time.Second, "how often the demo changes the watched Kyma in the SKR")
 	flag.Parse()
 	if err := run(*interval); err != nil {
@@ -40,44 +58,84 @@ func main() {
 // demoKyma is the SKR object the demo changes.
 var demoKyma = client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "default"}
 
-func run(interval time.Duration) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+func run(interval time.Duration) (err error) {
+	ctx, stop := localenv.NotifyStop(context.Background())
 	defer stop()
 
+	realAssets, err := testenv.AssetsDir()
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "runtime-watcher-run-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	record, cleaned, err := localenv.ClaimRun(localenv.DefaultRunStateDir(), dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	for _, c := range cleaned {
+		fmt.Println("Cleaned up after a previous run that was killed:", c)
+	}
+	var sys *localenv.System
+	var logFile *os.File
+	// Cleaning up comes first and prints nothing until it is done.
+	defer func() {
+		var errs []error
+		if sys != nil {
+			errs = append(errs, sys.Stop())
+		}
+		if logFile != nil {
+			_ = logFile.Close()
+		}
+		errs = append(errs, os.RemoveAll(dir))
+		if e := errors.Join(errs...); e == nil {
+			errs = append(errs, record.Release()) // keep the record while anything may be left
+		}
+		fmt.Println("\nStopped every process and API server, removed", dir)
+		if e := errors.Join(errs...); e != nil && err == nil {
+			err = fmt.Errorf("stop: %w", e)
+		}
+	}()
+
+	// envtest's own temporary folders (etcd's data, the API servers'
+	// certificates) go into dir too, so nothing is left outside it.
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return err
+	}
+	if err := os.Setenv("TMPDIR", filepath.Join(dir, "tmp")); err != nil {
+		return err
+	}
+	if err := installShims(dir, realAssets); err != nil {
+		return err
+	}
 
 	// This program's own logs (API server start-up, the in-process
 	// stand-ins) go to a file beside the processes' logs.
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "logs", "make-run.log"))
+	logFile, err = os.Create(filepath.Join(dir, "logs", "make-run.log"))
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
 	log := zap.New(zap.WriteTo(logFile))
 	ctrl.SetLogger(log)
 
 	began := time.Now()
 	fmt.Println("Runtime Watcher — local environment (no containers: real API servers, real binaries, stand-ins for Envoy and cert-manager)")
 	fmt.Println("Starting:")
-	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Progress: os.Stdout, Log: log})
+	sys, err = localenv.Start(ctx, localenv.Options{Dir: dir, Progress: os.Stdout, Log: log})
 	if err != nil {
+		sys = nil // Start stopped what it had started
 		return err
 	}
-	defer func() {
-		fmt.Println("\nStopping every process and API server, removing", dir)
-		if err := sys.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop:", err)
-		}
-	}()
+	if err := record.TrackChildren(); err != nil {
+		return err
+	}
 	fmt.Printf("Up in %s.\n\n", time.Since(began).Round(100*time.Millisecond))
-	explain(sys)
+	explain(sys, filepath.Join(realAssets, "kubectl"))
 
 	writes := time.NewTicker(interval)
 	defer writes.Stop()
@@ -116,9 +174,53 @@ func run(interval time.Duration) error {
 	}
 }
 
-func explain(sys *localenv.System) {
-	assets, _ := testenv.AssetsDir()
-	kubectl := filepath.Join(assets, "kubectl")
+// installShims points envtest (KUBEBUILDER_ASSETS) at <dir>/assets, where
+// kube-apiserver and etcd are links to this program: started under those
+// names, it makes itself die with the runner and execs the real binary
+// (apiServerShim). envtest offers no other way to set the parent-death
+// signal on the processes it starts.
+func installShims(dir, realAssets string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	shims := filepath.Join(dir, "assets")
+	if err := os.MkdirAll(shims, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if err := os.Symlink(self, filepath.Join(shims, name)); err != nil {
+			return err
+		}
+	}
+	for k, v := range map[string]string{
+		envRealAssets:        realAssets,
+		envRunnerPID:         strconv.Itoa(os.Getpid()),
+		"KUBEBUILDER_ASSETS": shims,
+	} {
+		if err := os.Setenv(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiServerShim runs when this program was started as kube-apiserver or
+// etcd by envtest (see installShims): it does not return then.
+func apiServerShim() error {
+	name := filepath.Base(os.Args[0])
+	if name != "kube-apiserver" && name != "etcd" {
+		return nil
+	}
+	parent, err := strconv.Atoi(os.Getenv(envRunnerPID))
+	if err != nil {
+		return fmt.Errorf("%s shim: %s: %w", name, envRunnerPID, err)
+	}
+	real := filepath.Join(os.Getenv(envRealAssets), name)
+	return localenv.ExecDyingWithParent(real, append([]string{real}, os.Args[1:]...), parent)
+}
+
+func explain(sys *localenv.System, kubectl string) {
 	fmt.Printf(`What you see below: every few seconds this program changes spec.data of the Kyma %s in the
 SKR. The SKR API server calls the skr-webhook (ValidatingWebhookConfiguration from vs-controller),
 which answers at once and posts the event over mTLS to the KCP gateway; ext-authz checks that the

@@ -206,7 +206,9 @@ func TestUpToDateUnstructuredLive(t *testing.T) {
 	if ok, err := apply.UpToDate(desired, live); err != nil || !ok {
 		t.Fatalf("UpToDate = %v, %v", ok, err)
 	}
-	unstructured.SetNestedSlice(live.Object, []any{map[string]any{"name": "https", "port": int64(8443)}}, "spec", "ports")
+	if err := unstructured.SetNestedSlice(live.Object, []any{map[string]any{"name": "https", "port": int64(8443)}}, "spec", "ports"); err != nil {
+		t.Fatal(err)
+	}
 	if ok, _ := apply.UpToDate(desired, live); ok {
 		t.Fatal("edited port not seen")
 	}

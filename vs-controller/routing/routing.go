@@ -87,14 +87,16 @@ type Reconciler struct {
 	MaxConcurrentReconciles int
 }
 
+// RBAC (make manifests -> manifests/kcp/rbac/role.yaml): Gateways
+// cluster-wide, as --gateway-namespace is a flag; the leader-election Lease
+// is granted by the hand-written Role in manifests/kcp/base.
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers/status,verbs=get;patch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=networking.istio.io,resources=virtualservices,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=networking.istio.io,namespace=istio-system,resources=gateways,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.istio.io,resources=gateways,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kcp-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // SetupWithManager registers the controller: Watchers (spec, labels and
 // deletion), their owned VirtualServices (hand edits are repaired) and the

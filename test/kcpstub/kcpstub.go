@@ -1,8 +1,9 @@
-// Package kcpstub is a test double for the KCP end of the event path: it
-// replaces the Istio ingress gateway (TLS MUTUAL: a client certificate is
-// required and verified against a CA) and the operator's listener behind it
-// (POST /v2/<manager>/event with a WatchEvent body of at most 16 KiB), which
-// cannot run here. It is a real HTTPS server (HTTP/2 and HTTP/1.1) on
+// Package kcpstub is a test double for the KCP end of the event path as the
+// skr-webhook sees it: it replaces the KCP's Istio ingress gateway (TLS
+// MUTUAL: a client certificate is required and verified against a CA) and the
+// operator's listener behind it (POST /v2/<manager>/event with a WatchEvent
+// body of at most 16 KiB), which cannot run here. The skr-webhook's tests and
+// benchmarks use it. It is a real HTTPS server (HTTP/2 and HTTP/1.1) on
 // 127.0.0.1. It records every event with the serial number of the client
 // certificate it came with, and can fail like a real KCP does: refuse
 // connections (nothing listening on the port), blackhole them (TCP is
