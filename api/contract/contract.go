@@ -135,7 +135,33 @@ type GroupVersionKind struct {
 
 // WatchEvent is the body of POST /v2/<manager>/event (ARCHITECTURE.md §3.3).
 // The sender's identity is never part of it: it is the client certificate.
+//
+// Two kinds of event carry no object (ARCHITECTURE.md §3.8): a resync
+// ({"watched": {}, "watchedGvk": {}, "resync": "<reason>"}) tells the
+// operator to re-read the runtime completely; a heartbeat
+// ({"watched": {}, "watchedGvk": {}, "heartbeat": true}) only proves the
+// watch path works. Old receivers ignore the extra keys.
 type WatchEvent struct {
 	Watched    ObjectKey        `json:"watched"`
 	WatchedGvk GroupVersionKind `json:"watchedGvk"`
+	// Resync is set on a resync event: why the sender may have missed
+	// changes of this runtime.
+	Resync ResyncReason `json:"resync,omitempty"`
+	// Heartbeat is set on a heartbeat event.
+	Heartbeat bool `json:"heartbeat,omitempty"`
 }
+
+// ResyncReason says why a resync event was sent (ARCHITECTURE.md §3.8).
+type ResyncReason string
+
+// Resync reasons.
+const (
+	// ResyncStartup: the webhook started and cannot know what it missed
+	// while it was down.
+	ResyncStartup ResyncReason = "startup"
+	// ResyncOverflow: events were dropped because a bound was hit (queue
+	// full, too many reviews in flight, a review too large to read).
+	ResyncOverflow ResyncReason = "overflow"
+	// ResyncExpired: an event was retried past its maximum age.
+	ResyncExpired ResyncReason = "expired"
+)
