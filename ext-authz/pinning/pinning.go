@@ -14,7 +14,7 @@
 //     empty one, or several; Chain is never used): malformed-xfcc;
 //   - Cert not decodable to one X.509 certificate: invalid-certificate;
 //   - more than contract.MaxSANs SANs (DNS + URI + IP + email): too-many-sans;
-//   - expired, not yet valid, empty CN, or (with Roots) not chaining to
+//   - expired, not yet valid, empty CN, more than one CN, or (with Roots) not chaining to
 //     Roots for client authentication: invalid-certificate;
 //   - source certificate given but not decodable: invalid-certificate; given
 //     and not the same certificate: certificate-mismatch;
@@ -195,6 +195,8 @@ func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial
 		return info, deny(contract.ReasonInvalidCertificate, "certificate expired at %s", info.notAfter.UTC().Format(time.RFC3339))
 	case info.cn == "":
 		return info, deny(contract.ReasonInvalidCertificate, "certificate has no CN")
+	case info.cns > 1:
+		return info, deny(contract.ReasonInvalidCertificate, "certificate has %d CNs, want exactly one", info.cns)
 	}
 	if sourceCertPEM != "" {
 		src, err := decodeSourceCert(sourceCertPEM)

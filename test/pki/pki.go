@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -65,11 +66,14 @@ func (ca *CA) Pool() *x509.CertPool {
 // "valid from an hour ago for a day".
 type LeafOptions struct {
 	CommonName string
-	DNSNames   []string
-	URIs       []string
-	IPs        []net.IP
-	NotBefore  time.Time
-	NotAfter   time.Time
+	// ExtraCommonNames are further CN attributes in the subject (a forged
+	// certificate with several CNs).
+	ExtraCommonNames []string
+	DNSNames         []string
+	URIs             []string
+	IPs              []net.IP
+	NotBefore        time.Time
+	NotAfter         time.Time
 }
 
 // Leaf is a signed certificate with its key.
@@ -104,6 +108,13 @@ func (ca *CA) Issue(o LeafOptions) (*Leaf, error) {
 		IPAddresses:  o.IPs,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if len(o.ExtraCommonNames) > 0 {
+		// ExtraNames replace CommonName when they hold a CN: list them all.
+		oidCN := asn1.ObjectIdentifier{2, 5, 4, 3}
+		for _, cn := range append([]string{o.CommonName}, o.ExtraCommonNames...) {
+			tmpl.Subject.ExtraNames = append(tmpl.Subject.ExtraNames, pkix.AttributeTypeAndValue{Type: oidCN, Value: cn})
+		}
 	}
 	for _, u := range o.URIs {
 		pu, err := url.Parse(u)
