@@ -31,6 +31,11 @@ type CA struct {
 
 // NewCA creates a CA valid for a day.
 func NewCA(name string) (*CA, error) {
+	return NewCAValid(name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// NewCAValid creates a CA valid from notBefore to notAfter.
+func NewCAValid(name string, notBefore, notAfter time.Time) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -38,8 +43,8 @@ func NewCA(name string) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
