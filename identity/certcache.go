@@ -3,6 +3,7 @@ package identity
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/asn1"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ const (
 // certInfo is what SAN pinning needs of a decoded client certificate.
 type certInfo struct {
 	cn                  string
+	cns                 int // CN attributes in the subject
 	dnsNames            []string
 	sans                int // DNS + URI + IP + email
 	notBefore, notAfter time.Time
@@ -35,6 +37,7 @@ type certInfo struct {
 func newCertInfo(c *x509.Certificate) *certInfo {
 	return &certInfo{
 		cn:        c.Subject.CommonName,
+		cns:       countCNs(c),
 		dnsNames:  c.DNSNames,
 		sans:      len(c.DNSNames) + len(c.URIs) + len(c.IPAddresses) + len(c.EmailAddresses),
 		notBefore: c.NotBefore,
@@ -42,6 +45,20 @@ func newCertInfo(c *x509.Certificate) *certInfo {
 		derHash:   sha256.Sum256(c.Raw),
 	}
 }
+
+// countCNs counts the subject's CN attributes: Go's Subject.CommonName
+// keeps only one of them, so a second CN would go unseen.
+func countCNs(c *x509.Certificate) int {
+	n := 0
+	for _, a := range c.Subject.Names {
+		if a.Type.Equal(oidCommonName) {
+			n++
+		}
+	}
+	return n
+}
+
+var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
 
 func (i *certInfo) validAt(t time.Time) bool { return !t.Before(i.notBefore) && !t.After(i.notAfter) }
 

@@ -36,7 +36,7 @@
 //     empty one, or several; Chain is never used): malformed-xfcc;
 //   - Cert not decodable to one X.509 certificate: invalid-certificate;
 //   - more than contract.MaxSANs SANs (DNS + URI + IP + email): too-many-sans;
-//   - expired, not yet valid, empty CN, or (with Roots) not chaining to
+//   - expired, not yet valid, empty CN, more than one CN, or (with Roots) not chaining to
 //     Roots for client authentication: invalid-certificate;
 //   - source certificate given but not decodable: invalid-certificate; given
 //     and not the same certificate: certificate-mismatch;

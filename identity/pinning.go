@@ -172,6 +172,8 @@ func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial
 		return info, deny(contract.ReasonInvalidCertificate, "certificate expired at %s", info.notAfter.UTC().Format(time.RFC3339))
 	case info.cn == "":
 		return info, deny(contract.ReasonInvalidCertificate, "certificate has no CN")
+	case info.cns > 1:
+		return info, deny(contract.ReasonInvalidCertificate, "certificate has %d CNs, want exactly one", info.cns)
 	}
 	if sourceCertPEM != "" {
 		src, err := decodeSourceCert(sourceCertPEM)

@@ -53,6 +53,7 @@ func gatewayXFCC(l *pki.Leaf) string {
 type certs struct {
 	ca, otherCA                                         *pki.CA
 	good, upperDot, mismatch, wildcard, smuggle, noCN   *pki.Leaf
+	twoCNs                                              *pki.Leaf
 	expired, notYet, sans150, sans101Mixed, sans100     *pki.Leaf
 	unknown, noDomain, emptyDomain, otherCASigned, twin *pki.Leaf
 }
@@ -98,6 +99,7 @@ func newCerts(t *testing.T) certs {
 		// A URI SAN that, unquoted in the header, reads as a DNS pair for the domain.
 		smuggle:       issue(t, ca, pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr2.example.com"}, URIs: []string{"spiffe://x/y;DNS=skr1.example.com"}}),
 		noCN:          issue(t, ca, pki.LeafOptions{DNSNames: []string{"skr1.example.com"}}),
+		twoCNs:        issue(t, ca, pki.LeafOptions{CommonName: "runtime-1", ExtraCommonNames: []string{"runtime-other"}, DNSNames: []string{"skr1.example.com"}}),
 		expired:       issue(t, ca, pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Minute)}),
 		notYet:        issue(t, ca, pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}, NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(48 * time.Hour)}),
 		sans150:       issue(t, ca, pki.LeafOptions{CommonName: "runtime-1", DNSNames: append([]string{"skr1.example.com"}, dnsNames(149)...)}),
@@ -156,6 +158,7 @@ func TestVerify(t *testing.T) {
 		{name: "expired", header: gatewayXFCC(c.expired), want: contract.ReasonInvalidCertificate},
 		{name: "not yet valid", header: gatewayXFCC(c.notYet), want: contract.ReasonInvalidCertificate},
 		{name: "no CN", header: gatewayXFCC(c.noCN), want: contract.ReasonInvalidCertificate},
+		{name: "two CNs", header: gatewayXFCC(c.twoCNs), want: contract.ReasonInvalidCertificate},
 		{name: "no CN, Subject pair claims one", header: strings.Replace(gatewayXFCC(c.noCN), `Subject="CN="`, `Subject="CN=runtime-1"`, 1), want: contract.ReasonInvalidCertificate},
 		{name: "other CA with CA configured", header: gatewayXFCC(c.otherCASigned), roots: true, want: contract.ReasonInvalidCertificate},
 		{name: "150 SANs", header: gatewayXFCC(c.sans150), want: contract.ReasonTooManySANs},

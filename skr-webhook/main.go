@@ -217,6 +217,8 @@ func (a *app) run(ctx context.Context) error {
 	if a.clientCerts != a.servingCerts {
 		watch(a.clientCerts)
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); a.client.WatchCA(watchCtx, 2*time.Second) }() // ca.crt alone changes on a CA rotation
 
 	a.dispatcher.Start()
 	errc := make(chan error, 3)

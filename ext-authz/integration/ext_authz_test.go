@@ -297,12 +297,17 @@ var _ = Describe("ext-authz --ca-file", func() {
 		Expect(err).NotTo(HaveOccurred())
 		rogue, err := otherCA.Issue(pki.LeafOptions{CommonName: "runtime-ca", DNSNames: []string{"skr-ca.example.com"}})
 		Expect(err).NotTo(HaveOccurred())
+		// Signed by the trusted CA, for the right domain, but with a second
+		// CN (the same name twice: without the CN count it would be allowed).
+		twoCNs, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-ca", ExtraCommonNames: []string{"runtime-ca"}, DNSNames: []string{"skr-ca.example.com"}})
+		Expect(err).NotTo(HaveOccurred())
 		for _, tc := range []struct {
 			leaf *pki.Leaf
 			want decision
 		}{
 			{issue("runtime-ca", "skr-ca.example.com"), allowedAs("runtime-ca", "skr-ca.example.com")},
 			{rogue, deniedFor(contract.ReasonInvalidCertificate)},
+			{twoCNs, deniedFor(contract.ReasonInvalidCertificate)},
 		} {
 			Eventually(func() decision {
 				resp, err := authz.Check(context.Background(), extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: xfccOf(tc.leaf)}))

@@ -29,7 +29,6 @@ import (
 	"sync"
 	"time"
 
-	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	istioapinetworking "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -151,16 +150,16 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	if s.CA, err = pki.NewCA("runtime-watcher-ca"); err != nil {
 		return s, err
 	}
-	cm, err := certmanager.NewManager(s.KCP.Config, s.CA, KymaNamespace)
+	// The runtime CA is a namespaced CA Issuer in vs-controller's
+	// namespace: only Certificates there can use it (ARCHITECTURE.md §3.9).
+	if err := certmanager.InstallCA(ctx, s.KCP.Client, s.CA, KymaNamespace, IssuerName); err != nil {
+		return s, err
+	}
+	cm, err := certmanager.NewManager(s.KCP.Config, certmanager.Options{Namespaces: []string{KymaNamespace, GatewayNamespace}})
 	if err != nil {
 		return s, err
 	}
 	s.goRun(func() error { return cm.Start(runCtx) })
-	issuer := &certmanagerv1.Issuer{ObjectMeta: metav1.ObjectMeta{Name: IssuerName, Namespace: KymaNamespace}}
-	issuer.Spec.CA = &certmanagerv1.CAIssuer{SecretName: IssuerName}
-	if err := s.KCP.Client.Create(ctx, issuer); err != nil {
-		return s, err
-	}
 	s.step("cert-manager stand-in signs Certificates in %s with its CA", KymaNamespace)
 
 	ports, err := freePorts(11)

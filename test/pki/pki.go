@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -30,6 +31,11 @@ type CA struct {
 
 // NewCA creates a CA valid for a day.
 func NewCA(name string) (*CA, error) {
+	return NewCAValid(name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// NewCAValid creates a CA valid from notBefore to notAfter.
+func NewCAValid(name string, notBefore, notAfter time.Time) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -37,8 +43,8 @@ func NewCA(name string) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -65,11 +71,14 @@ func (ca *CA) Pool() *x509.CertPool {
 // "valid from an hour ago for a day".
 type LeafOptions struct {
 	CommonName string
-	DNSNames   []string
-	URIs       []string
-	IPs        []net.IP
-	NotBefore  time.Time
-	NotAfter   time.Time
+	// ExtraCommonNames are further CN attributes in the subject (a forged
+	// certificate with several CNs).
+	ExtraCommonNames []string
+	DNSNames         []string
+	URIs             []string
+	IPs              []net.IP
+	NotBefore        time.Time
+	NotAfter         time.Time
 }
 
 // Leaf is a signed certificate with its key.
@@ -104,6 +113,13 @@ func (ca *CA) Issue(o LeafOptions) (*Leaf, error) {
 		IPAddresses:  o.IPs,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if len(o.ExtraCommonNames) > 0 {
+		// ExtraNames replace CommonName when they hold a CN: list them all.
+		oidCN := asn1.ObjectIdentifier{2, 5, 4, 3}
+		for _, cn := range append([]string{o.CommonName}, o.ExtraCommonNames...) {
+			tmpl.Subject.ExtraNames = append(tmpl.Subject.ExtraNames, pkix.AttributeTypeAndValue{Type: oidCN, Value: cn})
+		}
 	}
 	for _, u := range o.URIs {
 		pu, err := url.Parse(u)

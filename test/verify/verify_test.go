@@ -17,8 +17,8 @@ const (
 func TestVerifyFailsOnAStaleCRD(t *testing.T) {
 	// A kubebuilder marker changed without `make manifests`.
 	out := verifyAfter(t, "api/v1beta2/watcher_types.go",
-		"// +kubebuilder:validation:MaxLength=63", "// +kubebuilder:validation:MaxLength=62")
-	expectStale(t, out, crdFile, "maxLength: 63", rbacFile)
+		"// +kubebuilder:validation:Enum=spec;status\n", "// +kubebuilder:validation:Enum=spec;status;metadata\n")
+	expectStale(t, out, crdFile, "metadata", rbacFile)
 }
 
 func TestVerifyFailsOnStaleRBAC(t *testing.T) {

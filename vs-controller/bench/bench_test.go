@@ -304,6 +304,9 @@ func setup(b *testing.B, ctx context.Context) *fixture {
 			b.Fatal(err)
 		}
 	}
+	if err := certmanager.InstallCA(ctx, fast, f.ca, kymaNS, "ca"); err != nil {
+		b.Fatal(err)
+	}
 	gw := &istionetworkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "kcp-gateway", Namespace: gatewayNS, Labels: map[string]string{"app": "watcher"}}}
 	gw.Spec.Servers = []*istioapiv1.Server{{Port: &istioapiv1.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"*.kcp.example.com", "gateway.kcp.example.com"}}}
 	if err := fast.Create(ctx, gw); err != nil {
@@ -528,7 +531,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	ctx := b.Context()
 	f := setup(b, ctx)
 	go func() {
-		if err := certmanager.Run(ctx, f.kcp.Config, f.ca, kymaNS); err != nil && ctx.Err() == nil {
+		if err := certmanager.Run(ctx, f.kcp.Config, certmanager.Options{Namespaces: []string{kymaNS}}); err != nil && ctx.Err() == nil {
 			panic(err)
 		}
 	}()

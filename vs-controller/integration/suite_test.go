@@ -69,6 +69,7 @@ var _ = BeforeSuite(func() {
 	}
 	ca, err = pki.NewCA("runtime-watcher test CA")
 	Expect(err).NotTo(HaveOccurred())
+	Expect(certmanager.InstallCA(context.Background(), kcp.Client, ca, kymaNS, issuerName)).To(Succeed())
 
 	var ctx context.Context
 	ctx, stop = context.WithCancel(context.Background())
@@ -76,7 +77,7 @@ var _ = BeforeSuite(func() {
 	go func() {
 		defer GinkgoRecover()
 		defer func() { done <- struct{}{} }()
-		Expect(certmanager.Run(ctx, kcp.Config, ca, kymaNS)).To(Succeed())
+		Expect(certmanager.Run(ctx, kcp.Config, certmanager.Options{})).To(Succeed())
 	}()
 	mgr, err := controllers.New(ctx, kcp.Config, controllers.Options{
 		MetricsBindAddress:     "0",

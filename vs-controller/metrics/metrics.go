@@ -50,3 +50,53 @@ var (
 func init() {
 	ctrlmetrics.Registry.MustRegister(VirtualServiceReconciles, WatcherWrites, RuntimeReconciles, RuntimeWrites)
 }
+
+// Certificate and CA metrics (ARCHITECTURE.md §3.9).
+var (
+	// CANotAfter is each CA's not-after (Unix seconds), by anchor and CA
+	// serial.
+	CANotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "ca_not_after_seconds",
+		Help: "Not-after (Unix seconds) of every CA in a trust bundle, by anchor (runtime, gateway) and CA serial.",
+	}, []string{"anchor", "ca"})
+	// CASecretValid is 1 when the anchor's CA Secret is usable, 0 when its
+	// content was rejected (the bundle is kept as it was).
+	CASecretValid = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "ca_secret_valid",
+		Help: "1 when the anchor's CA Secret holds a usable CA, 0 when it was rejected (the trust bundle is kept).",
+	}, []string{"anchor"})
+	// RuntimeCertNotAfter is each runtime certificate's not-after (Unix
+	// seconds), with the serial of the CA that signed it.
+	RuntimeCertNotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "runtime_certificate_not_after_seconds",
+		Help: "Not-after (Unix seconds) of every runtime certificate, by runtime and signing CA serial (\"unknown\" when no CA held signed it).",
+	}, []string{"runtime", "ca"})
+	// RuntimesOnOldCA counts runtimes whose certificate is not signed by the
+	// current CA.
+	RuntimesOnOldCA = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "runtimes_on_old_ca",
+		Help: "Runtimes whose certificate is not signed by the current runtime CA.",
+	})
+	// RuntimesExpiringSoon counts runtimes whose certificate expires within
+	// 7 days.
+	RuntimesExpiringSoon = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "runtimes_certificate_expiring_soon",
+		Help: "Runtimes whose certificate expires within 7 days.",
+	})
+	// RenewalsRequested counts renewal requests for runtime certificates
+	// after a CA rotation.
+	RenewalsRequested = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "certificate_renewals_requested_total",
+		Help: "Runtime certificate renewals requested (Issuing condition) because a newer CA exists.",
+	})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested)
+}

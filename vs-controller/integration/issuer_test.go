@@ -1,0 +1,55 @@
+package integration_test
+
+import (
+	"time"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
+)
+
+// ARCHITECTURE.md §3.9: the runtime Issuer is namespaced, so nobody outside
+// vs-controller's namespace can mint a runtime's identity with it.
+var _ = Describe("the runtime Issuer", func() {
+	It("does not issue a Certificate in another namespace that names it", func(ctx SpecContext) {
+		Expect(kcp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}})).To(Succeed())
+		forged := &certmanagerv1.Certificate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "intruder", Name: "forged"},
+			Spec: certmanagerv1.CertificateSpec{
+				CommonName: "runtime-victim", DNSNames: []string{"victim.skr.example.com"}, SecretName: "forged",
+				IssuerRef: cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},
+			},
+		}
+		Expect(kcp.Client.Create(ctx, forged)).To(Succeed())
+		// The same request in the runtime namespace is issued: the Issuer works.
+		control := forged.DeepCopy()
+		control.ObjectMeta = metav1.ObjectMeta{Namespace: kymaNS, Name: "control"}
+		control.Spec.SecretName = "control"
+		Expect(kcp.Client.Create(ctx, control)).To(Succeed())
+		Eventually(func() error {
+			return kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: "control"}, &corev1.Secret{})
+		}).Should(Succeed())
+
+		Eventually(func() *certmanagerv1.CertificateCondition {
+			Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(forged), forged)).To(Succeed())
+			for i, c := range forged.Status.Conditions {
+				if c.Type == certmanagerv1.CertificateConditionReady {
+					return &forged.Status.Conditions[i]
+				}
+			}
+			return nil
+		}).Should(And(Not(BeNil()), WithTransform(func(c *certmanagerv1.CertificateCondition) string {
+			return string(c.Status) + "/" + c.Reason
+		}, Equal("False/"+certmanager.ReasonPending))))
+		Consistently(func() bool {
+			return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKey{Namespace: "intruder", Name: "forged"}, &corev1.Secret{}))
+		}).WithTimeout(2*time.Second).Should(BeTrue(), "a Certificate outside the runtime namespace was issued")
+	})
+})

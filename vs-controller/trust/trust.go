@@ -1,0 +1,329 @@
+// Package trust keeps vs-controller's trust bundles (ARCHITECTURE.md §3.9,
+// docs/certificates.md): for a CA Secret that cert-manager renews with a new
+// key (rotationPolicy: Always), an Anchor holds every CA certificate that is
+// valid now — the current one and, during the overlap, the ones before it —
+// remembered in a ConfigMap so a restart forgets nothing. An old CA leaves
+// the bundle when it expired or when no certificate in use is signed by it
+// any more (the Anchor's InUse says which).
+//
+// Bad input (a Secret without a certificate, garbage, a certificate that is
+// not a CA or not valid now) is logged, reported as a Warning Event on the
+// Secret and in the metric runtime_watcher_vs_controller_ca_secret_valid,
+// and never replaces the trust already held.
+package trust
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+)
+
+// Keys and reasons.
+const (
+	// StoreKey is the ConfigMap key holding the remembered CAs (PEM).
+	StoreKey = "ca-bundle.crt"
+	// ReasonInvalidCA is the Warning Event reason on a bad CA Secret.
+	ReasonInvalidCA = "InvalidCASecret"
+	// FieldOwner of the store writes.
+	FieldOwner = "vs-controller"
+)
+
+// Anchor is the trust bundle of one CA Secret.
+type Anchor struct {
+	// Name labels logs and metrics ("runtime", "gateway").
+	Name   string
+	Client client.Client
+	// Secret is the CA's Secret (cert-manager's: tls.crt is the CA
+	// certificate; ca.crt is used when tls.crt is absent).
+	Secret types.NamespacedName
+	// Store is the ConfigMap that remembers the CAs seen.
+	Store    types.NamespacedName
+	Recorder record.EventRecorder
+	Log      logr.Logger
+	// InUse reports, for the bundle's CAs, which still sign a certificate in
+	// use; nil keeps every unexpired CA.
+	InUse func(ctx context.Context, cas []*x509.Certificate) ([]bool, error)
+	// Now is time.Now when nil.
+	Now func() time.Time
+
+	mu       sync.RWMutex
+	loaded   bool
+	cas      []*x509.Certificate
+	current  *x509.Certificate
+	pem      []byte
+	badInput string
+}
+
+// Bundle is the PEM of every CA held (oldest first); nil before the first
+// successful Refresh.
+func (a *Anchor) Bundle() []byte {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.pem
+}
+
+// Current is the CA certificate in the Secret now (the one that signs new
+// certificates); nil when unknown.
+func (a *Anchor) Current() *x509.Certificate {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.current
+}
+
+// CAs are the CA certificates held, oldest first.
+func (a *Anchor) CAs() []*x509.Certificate {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return append([]*x509.Certificate(nil), a.cas...)
+}
+
+func (a *Anchor) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// Refresh reads the CA Secret (and, the first time, the store), updates the
+// bundle and the store, and reports whether the bundle changed. Bad input
+// keeps the trust held and is reported, not returned: only API failures are
+// errors.
+func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
+	now := a.now()
+	a.mu.RLock()
+	cas, current, loaded := append([]*x509.Certificate(nil), a.cas...), a.current, a.loaded
+	a.mu.RUnlock()
+	if !loaded {
+		cm := &corev1.ConfigMap{}
+		err := a.Client.Get(ctx, a.Store, cm)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("read trust store %s: %w", a.Store, err)
+		}
+		remembered, bad := ParseBundle([]byte(cm.Data[StoreKey]))
+		if bad != nil {
+			a.Log.Info("trust store holds unusable certificates; they are left out", "anchor", a.Name, "store", a.Store.String(), "problem", bad.Error())
+		}
+		cas = append(cas, remembered...)
+	}
+
+	secret := &corev1.Secret{}
+	err := a.Client.Get(ctx, a.Secret, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		a.reportBad("CA Secret does not exist")
+	case err != nil:
+		return false, fmt.Errorf("read CA Secret %s: %w", a.Secret, err)
+	default:
+		if ca, problem := parseCA(secret, now); problem != "" {
+			a.reportBad(problem)
+		} else {
+			current = ca
+			cas = append(cas, ca)
+			a.reportGood()
+		}
+	}
+
+	cas = dedupe(cas)
+	kept := cas[:0]
+	for _, c := range cas {
+		if now.Before(c.NotAfter) {
+			kept = append(kept, c)
+		} else {
+			a.Log.Info("CA expired: dropped from the trust bundle", "anchor", a.Name, "subject", c.Subject.String(), "notAfter", c.NotAfter)
+		}
+	}
+	cas = kept
+	if a.InUse != nil && current != nil && len(cas) > 1 {
+		used, err := a.InUse(ctx, cas)
+		if err != nil {
+			return false, err
+		}
+		kept := cas[:0]
+		for i, c := range cas {
+			if c.Equal(current) || used[i] {
+				kept = append(kept, c)
+			} else {
+				a.Log.Info("old CA no longer signs a certificate in use: dropped from the trust bundle", "anchor", a.Name, "subject", c.Subject.String(), "notAfter", c.NotAfter)
+			}
+		}
+		cas = kept
+	}
+	sort.SliceStable(cas, func(i, j int) bool { return cas[i].NotBefore.Before(cas[j].NotBefore) })
+	out := EncodeBundle(cas)
+
+	a.mu.RLock()
+	changed := !bytes.Equal(out, a.pem)
+	a.mu.RUnlock()
+	if len(cas) > 0 && (changed || !loaded) {
+		if err := a.writeStore(ctx, out); err != nil {
+			return false, err
+		}
+	}
+	a.mu.Lock()
+	a.loaded, a.cas, a.current = true, cas, current
+	if len(cas) > 0 {
+		a.pem = out
+	}
+	a.mu.Unlock()
+	for _, c := range cas {
+		metrics.CANotAfter.WithLabelValues(a.Name, Fingerprint(c)).Set(float64(c.NotAfter.Unix()))
+	}
+	if changed && len(cas) > 0 {
+		a.Log.Info("trust bundle changed", "anchor", a.Name, "cas", len(cas))
+	}
+	return changed && len(cas) > 0, nil
+}
+
+func (a *Anchor) writeStore(ctx context.Context, data []byte) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Store.Namespace, Name: a.Store.Name}}
+	_, err := controllerutil.CreateOrUpdate(ctx, a.Client, cm, func() error {
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[StoreKey] = string(data)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write trust store %s: %w", a.Store, err)
+	}
+	return nil
+}
+
+func (a *Anchor) reportBad(problem string) {
+	metrics.CASecretValid.WithLabelValues(a.Name).Set(0)
+	a.mu.Lock()
+	repeated := a.badInput == problem
+	a.badInput = problem
+	a.mu.Unlock()
+	if repeated {
+		return
+	}
+	msg := fmt.Sprintf("CA Secret %s is unusable, the trust bundle is kept as it was: %s", a.Secret, problem)
+	a.Log.Error(errors.New(problem), "CA Secret is unusable; the trust bundle is kept as it was", "anchor", a.Name, "secret", a.Secret.String())
+	if a.Recorder != nil {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.Secret.Namespace, Name: a.Secret.Name}}
+		a.Recorder.Event(s, corev1.EventTypeWarning, ReasonInvalidCA, msg)
+	}
+}
+
+func (a *Anchor) reportGood() {
+	metrics.CASecretValid.WithLabelValues(a.Name).Set(1)
+	a.mu.Lock()
+	a.badInput = ""
+	a.mu.Unlock()
+}
+
+// parseCA takes the CA certificate from a CA Secret; a problem describes
+// why it cannot be used.
+func parseCA(s *corev1.Secret, now time.Time) (*x509.Certificate, string) {
+	data, key := s.Data[corev1.TLSCertKey], corev1.TLSCertKey
+	if len(data) == 0 {
+		data, key = s.Data["ca.crt"], "ca.crt"
+	}
+	if len(data) == 0 {
+		return nil, "neither tls.crt nor ca.crt is set"
+	}
+	certs, bad := ParseBundle(data)
+	if bad != nil {
+		return nil, fmt.Sprintf("%s: %v", key, bad)
+	}
+	if len(certs) == 0 {
+		return nil, key + " holds no certificate"
+	}
+	c := certs[0]
+	switch {
+	case !c.IsCA:
+		return nil, fmt.Sprintf("%s: %q is not a CA certificate", key, c.Subject.String())
+	case now.After(c.NotAfter):
+		return nil, fmt.Sprintf("%s: CA %q expired at %s", key, c.Subject.String(), c.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(c.NotBefore):
+		return nil, fmt.Sprintf("%s: CA %q is not valid before %s", key, c.Subject.String(), c.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return c, ""
+}
+
+// ParseBundle parses PEM CERTIFICATE blocks; bad reports the first block
+// that is not one (the others are still returned).
+func ParseBundle(data []byte) (certs []*x509.Certificate, bad error) {
+	rest := bytes.TrimSpace(data)
+	for len(rest) > 0 {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			if bad == nil {
+				bad = errors.New("not PEM")
+			}
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			if bad == nil {
+				bad = fmt.Errorf("PEM block %q is not a CERTIFICATE", b.Type)
+			}
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			if bad == nil {
+				bad = err
+			}
+			continue
+		}
+		certs = append(certs, c)
+		rest = bytes.TrimSpace(rest)
+	}
+	return certs, bad
+}
+
+// EncodeBundle is the PEM of certs, in order.
+func EncodeBundle(certs []*x509.Certificate) []byte {
+	var b bytes.Buffer
+	for _, c := range certs {
+		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	return b.Bytes()
+}
+
+func dedupe(certs []*x509.Certificate) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, c := range certs {
+		dup := false
+		for _, o := range out {
+			dup = dup || o.Equal(c)
+		}
+		if !dup {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Fingerprint is a short, stable name of a certificate (its serial number in
+// hex), for metric labels and logs.
+func Fingerprint(c *x509.Certificate) string { return c.SerialNumber.Text(16) }
+
+// SignedBy is the index of the CA in cas that signed leaf; -1 when none.
+func SignedBy(leaf *x509.Certificate, cas []*x509.Certificate) int {
+	for i, ca := range cas {
+		if bytes.Equal(leaf.RawIssuer, ca.RawSubject) && leaf.CheckSignatureFrom(ca) == nil {
+			return i
+		}
+	}
+	return -1
+}
