@@ -69,7 +69,7 @@ verify: lint verify-generated ## golangci-lint, then check that generated code, 
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml (includes gofmt, goimports and go vet).
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 # Snapshots what `make generate manifests` and `go mod tidy` may write, runs
 # them, and fails with the diff when anything changed: something generated
