@@ -23,6 +23,8 @@ type Event struct {
 	Namespace string
 	Name      string
 	Kind      string
+	// Resync is the reason of a resync event ("" for a change).
+	Resync string
 }
 
 // Names are the sample objects the environment created.
