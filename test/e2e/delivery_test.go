@@ -75,7 +75,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		Expect(ops).To(HaveLen(2))
 		consumers := 0
 		for _, op := range ops {
-			Expect(httpStatus(op.HealthURL + "/readyz")).To(Equal(http.StatusOK), "replica %s not ready", op.HealthURL)
+			Expect(httpStatus(op.HealthURL+"/readyz")).To(Equal(http.StatusOK), "replica %s not ready", op.HealthURL)
 			v, ok := scrape(op.MetricsURL, `runtime_watcher_listener_consumer_running\{manager="`+n.Manager+`"\}`)
 			Expect(ok).To(BeTrue())
 			consumers += int(v)
@@ -218,9 +218,9 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		}
 		By("heartbeats advance last-seen without any SKR change")
 		first := lastSeen()
-		Eventually(lastSeen).WithTimeout(30*time.Second).Should(BeNumerically(">", first))
+		Eventually(lastSeen).WithTimeout(30 * time.Second).Should(BeNumerically(">", first))
 		beat := lastSeen()
-		Eventually(lastSeen).WithTimeout(30*time.Second).Should(BeNumerically(">", beat))
+		Eventually(lastSeen).WithTimeout(30 * time.Second).Should(BeNumerically(">", beat))
 
 		By("removing the Kyma's skr-domain in the KCP, so ext-authz denies the runtime")
 		kyma := &metav1.PartialObjectMetadata{}

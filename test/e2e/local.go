@@ -93,13 +93,13 @@ func (d localDelivery) SetGatewayFault(f func(*http.Request) (int, bool)) {
 	}
 	d.sys.SetGatewayFault(f)
 }
-func (d localDelivery) KillWebhook() error                    { return d.sys.KillWebhook() }
+func (d localDelivery) KillWebhook() error                     { return d.sys.KillWebhook() }
 func (d localDelivery) StartWebhook(ctx context.Context) error { return d.sys.StartWebhook(ctx) }
 func (d localDelivery) WebhookRSS() (int64, int64, error)      { return d.sys.WebhookRSS() }
 func (d localDelivery) WebhookURL() string                     { return "https://" + d.sys.WebhookAddr() }
 func (d localDelivery) WebhookClient() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: d.sys.CA.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: d.sys.CA.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: 64,
 	}}
 }
