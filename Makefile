@@ -40,6 +40,7 @@ run: build envtest-assets ## Bring up KCP and SKR API servers and the whole syst
 .PHONY: test
 test: envtest-assets verify ## Unit, integration and e2e tests against real API servers.
 	go test $(GO_TEST_FLAGS) ./...
+	cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./...
 
 ##@ Development
 
@@ -75,14 +76,14 @@ lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml (includes gofmt, goim
 # them, and fails with the diff when anything changed: something generated
 # was not regenerated and committed. Works on a tree with uncommitted changes
 # too (only what generation changes counts).
-GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum
+GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum test/tools/monitoring/go.mod test/tools/monitoring/go.sum
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail (with the diff) when `make generate manifests` or `go mod tidy` would change a file.
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
 	  tar -cf - $(GENERATED) | tar -xf - -C "$$snap"; \
 	  $(MAKE) --no-print-directory generate manifests; \
-	  go mod tidy; (cd test/tools/k8s && go mod tidy); \
+	  go mod tidy; (cd test/tools/k8s && go mod tidy); (cd test/tools/monitoring && go mod tidy); \
 	  changed=0; for f in $(GENERATED); do \
 	    if ! diff -ruN "$$snap/$$f" "$$f" > "$$snap/.diff"; then changed=1; sed "s#$$snap/##" "$$snap/.diff"; fi; \
 	  done; rm -f "$$snap/.diff"; \

@@ -1,16 +1,10 @@
 package listener
 
 import (
-	"context"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
@@ -20,6 +14,10 @@ const (
 	KeyWatched    = "watched"
 	KeyWatchedGVK = "watched-gvk"
 	KeyRuntimeID  = "runtime-id"
+	// KeyResync is set (to the reason) on a resync event only. Kyma's
+	// listener v2 has no such key; consumers that ignore it still enqueue
+	// the runtime, which is the right reaction.
+	KeyResync = "resync"
 )
 
 // Event is the typed content of an event object.
@@ -30,13 +28,29 @@ type Event struct {
 	Watched types.NamespacedName
 	// WatchedGVK is its group, version and kind.
 	WatchedGVK schema.GroupVersionKind
+	// Resync is set on a resync event (ARCHITECTURE.md §3.8): the reason
+	// ("startup", "overflow", "expired") why the sender may have missed
+	// changes of this runtime. Watched and WatchedGVK are then empty; the
+	// operator must re-read the runtime completely.
+	Resync string
+}
+
+// IsResync reports whether obj is a resync event and its reason. On a
+// resync, re-read everything of the runtime (Event.RuntimeID): changes may
+// have been lost between the SKR and this listener.
+func IsResync(obj client.Object) (reason string, ok bool) {
+	ev, isEv := EventFrom(obj)
+	if !isEv || ev.Resync == "" {
+		return "", false
+	}
+	return ev.Resync, true
 }
 
 // newEventObject builds the Kyma-v2-shaped object of an accepted event. The
 // values are plain maps and strings, so the object deep-copies and
 // serializes like any unstructured object.
 func newEventObject(runtimeID string, we *contract.WatchEvent) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
+	u := &unstructured.Unstructured{Object: map[string]any{
 		KeyWatched: map[string]any{
 			"namespace": we.Watched.Namespace,
 			"name":      we.Watched.Name,
@@ -48,6 +62,10 @@ func newEventObject(runtimeID string, we *contract.WatchEvent) *unstructured.Uns
 		},
 		KeyRuntimeID: runtimeID,
 	}}
+	if we.Resync != "" {
+		u.Object[KeyResync] = string(we.Resync)
+	}
+	return u
 }
 
 // EventFrom reads an event object delivered on Events(). ok is false when
@@ -67,19 +85,6 @@ func EventFrom(obj client.Object) (ev Event, ok bool) {
 	ev.WatchedGVK.Group, _, _ = unstructured.NestedString(u.Object, KeyWatchedGVK, "group")
 	ev.WatchedGVK.Version, _, _ = unstructured.NestedString(u.Object, KeyWatchedGVK, "version")
 	ev.WatchedGVK.Kind, _, _ = unstructured.NestedString(u.Object, KeyWatchedGVK, "kind")
+	ev.Resync, _, _ = unstructured.NestedString(u.Object, KeyResync)
 	return ev, true
-}
-
-// EnqueueKyma is an event handler for source.Channel that enqueues the Kyma
-// CR named by the event's runtime ID in namespace — what Lifecycle Manager
-// does with Kyma's listener. Objects that are not listener events are
-// dropped.
-func EnqueueKyma(namespace string) handler.EventHandler {
-	return handler.Funcs{
-		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if ev, ok := EventFrom(e.Object); ok {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: ev.RuntimeID}})
-			}
-		},
-	}
 }

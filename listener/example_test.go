@@ -58,8 +58,9 @@ func ExampleNew() {
 }
 
 // Example_manager wires the listener into an operator's manager: the
-// listener is a Runnable, its channel the source of a controller that
-// reconciles the Kyma named by each event's runtime ID.
+// listener serves on every replica (SetupWithManager), its channel is the
+// source of a controller that reconciles the Kyma of each event's runtime,
+// found by its runtime-id label or name (identity.NewKymaLookup).
 func Example_manager() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{})
 	if err != nil {
@@ -69,12 +70,14 @@ func Example_manager() {
 	if err != nil {
 		panic(err)
 	}
-	if err := mgr.Add(l); err != nil {
+	if err := l.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	_ = mgr.AddReadyzCheck("skr-events", l.ReadyCheck)
+	if err := identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		panic(err)
+	}
 	err = ctrl.NewControllerManagedBy(mgr).Named("skr-events").
-		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma("kcp-system"))).
+		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma(mgr.GetCache(), "kcp-system"))).
 		Complete(kymaReconciler{})
 	if err != nil {
 		panic(err)

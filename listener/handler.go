@@ -34,6 +34,15 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 		return plainError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed, use POST")
 	}
 
+	// A replica that cannot hand events to a running consumer (it is not
+	// the leader) sends the sender on at once: it retries and, through the
+	// Service, reaches the leader (ARCHITECTURE.md §3.8).
+	if !l.ConsumerRunning() {
+		w.Header().Set("Retry-After", l.retryAfter)
+		l.metrics.noConsumer.Inc()
+		return plainError(w, http.StatusServiceUnavailable, "no event consumer on this replica (not the leader), retry")
+	}
+
 	runtimeID, rej := l.cfg.auth.authenticate(r)
 	if rej != nil {
 		l.log.V(1).Info("event refused", "status", rej.status, "reason", rej.reason, "message", rej.message)
@@ -62,8 +71,23 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 	if err := json.Unmarshal(buf.Bytes(), &we); err != nil {
 		return plainError(w, http.StatusBadRequest, "malformed event: "+jsonErrorText(err))
 	}
-	if msg := missingFields(&we); msg != "" {
-		return plainError(w, http.StatusBadRequest, "malformed event: "+msg)
+	switch {
+	case we.Resync != "":
+		if !validResyncReason(string(we.Resync)) {
+			return plainError(w, http.StatusBadRequest, "malformed event: resync reason is not a DNS-1123 label")
+		}
+	case we.Heartbeat:
+		// A heartbeat is never a controller event: it only proves the
+		// watch path works.
+		l.seen.touch(runtimeID)
+		l.metrics.heartbeats.Inc()
+		l.log.V(1).Info("heartbeat", "runtimeID", runtimeID)
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+	default:
+		if msg := missingFields(&we); msg != "" {
+			return plainError(w, http.StatusBadRequest, "malformed event: "+msg)
+		}
 	}
 
 	ev := event.GenericEvent{Object: newEventObject(runtimeID, &we)}
@@ -73,7 +97,11 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 		return plainError(w, http.StatusServiceUnavailable, "event buffer full, retry later")
 	}
 	l.metrics.delivered.Inc()
-	if v := l.log.V(1); v.Enabled() {
+	l.seen.touch(runtimeID)
+	if we.Resync != "" {
+		l.metrics.resync(string(we.Resync))
+		l.log.Info("resync event accepted: the runtime must be re-read", "runtimeID", runtimeID, "reason", we.Resync)
+	} else if v := l.log.V(1); v.Enabled() {
 		v.Info("event accepted", "runtimeID", runtimeID,
 			"watched", we.Watched.Namespace+"/"+we.Watched.Name, "gvk", we.WatchedGvk.Group+"/"+we.WatchedGvk.Version+"/"+we.WatchedGvk.Kind)
 	}
@@ -142,6 +170,21 @@ func missingFields(we *contract.WatchEvent) string {
 		return "watchedGvk.kind is missing"
 	}
 	return ""
+}
+
+// validResyncReason: reasons are short lower-case words (contract.Resync*);
+// unknown ones from a newer sender are accepted, bounded like a DNS label.
+func validResyncReason(r string) bool {
+	if len(r) == 0 || len(r) > 63 {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		c := r[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && (c != '-' || i == 0 || i == len(r)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonErrorText describes a decode error without echoing the body.

@@ -4,15 +4,22 @@
 // controller-runtime event.GenericEvent on a channel ready for
 // source.Channel.
 //
-// A Listener is a manager.Runnable: add it to the operator's manager and
-// watch its Events() channel from a controller:
+// A Listener is a manager.Runnable: add it to the operator's manager with
+// SetupWithManager (it serves and is ready on every replica; events are
+// accepted only where the consumer runs, the leader) and watch its Events()
+// channel from a controller:
 //
 //	l, err := listener.New(":8082", "lifecycle-manager")
 //	...
-//	_ = mgr.Add(l)
+//	_ = l.SetupWithManager(mgr)
+//	_ = identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer())
 //	_ = ctrl.NewControllerManagedBy(mgr).Named("skr-events").
-//		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma("kcp-system"))).
+//		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma(mgr.GetCache(), "kcp-system"))).
 //		Complete(reconciler)
+//
+// Besides changes, the sender posts resync events (IsResync: re-read the
+// runtime completely) and heartbeats (never on the channel; they advance
+// LastSeen), ARCHITECTURE.md §3.8.
 //
 // Each event's Object is an *unstructured.Unstructured with the content keys
 // of Kyma's listener v2: "watched" (map with "namespace" and "name"),
@@ -89,6 +96,10 @@ type Listener struct {
 	boundAddr  atomic.Value // string
 	stopped    chan struct{}
 	stopOnce   sync.Once
+
+	seen         *lastSeen
+	consumerMode atomic.Bool  // Consumer() was called: gate on consumers
+	consumers    atomic.Int32 // running consumer markers
 }
 
 var (
@@ -118,6 +129,10 @@ type config struct {
 	needLeader     bool
 	log            *logr.Logger
 	registerer     prometheus.Registerer
+
+	lastSeenLimit     int
+	lastSeenRetention time.Duration
+	now               func() time.Time
 }
 
 // New returns a Listener for addr (host:port, as for net.Listen) serving
@@ -139,6 +154,10 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 		shutdownTO:     DefaultShutdownTimeout,
 		needLeader:     true,
 		registerer:     ctrlmetrics.Registry,
+
+		lastSeenLimit:     DefaultLastSeenLimit,
+		lastSeenRetention: DefaultLastSeenRetention,
+		now:               time.Now,
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
@@ -171,11 +190,12 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 		log:        log.WithValues("manager", managerName),
 		stopped:    make(chan struct{}),
 	}
-	m, err := newMetrics(managerName, l.events, c.registerer)
-	if err != nil {
+	l.metrics = newMetrics(managerName, l.events)
+	l.seen = newLastSeen(c.lastSeenLimit, c.lastSeenRetention, c.now, l.metrics.evicted)
+	labels := prometheus.Labels{"manager": managerName}
+	if err := l.metrics.register(managerName, c.registerer, newLastSeenCollector(l.seen, labels)); err != nil {
 		return nil, fmt.Errorf("listener: %w", err)
 	}
-	l.metrics = m
 	return l, nil
 }
 
@@ -204,10 +224,18 @@ func (l *Listener) ReadyCheck(_ *http.Request) error {
 	return nil
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable. By default
-// the listener serves only on the leader, where the controllers consuming
-// its events run (see WithLeaderElection).
-func (l *Listener) NeedLeaderElection() bool { return l.cfg.needLeader }
+// NeedLeaderElection implements manager.LeaderElectionRunnable. Once
+// Consumer() was called (SetupWithManager does), it is false: the listener
+// serves on every replica and only the consumer marker runs on the leader.
+// Otherwise (the listener added alone with mgr.Add, the earlier API) the
+// listener itself is the leader's: it serves only on the leader, where the
+// controllers consuming its events run (see WithLeaderElection).
+func (l *Listener) NeedLeaderElection() bool {
+	if l.consumerMode.Load() {
+		return false
+	}
+	return l.cfg.needLeader
+}
 
 // Start implements manager.Runnable: it serves until ctx is done, then shuts
 // the HTTP server down gracefully (bounded by the shutdown timeout). It
@@ -259,7 +287,10 @@ func (l *Listener) Start(ctx context.Context) error {
 		go func() { errc <- srv.Serve(ln) }()
 	}
 	l.serving.Store(true)
-	l.log.Info("serving SKR events", "address", ln.Addr().String(), "path", l.path, "tls", tlsConfig != nil, "identity", l.cfg.auth.mode())
+	if !l.consumerMode.Load() {
+		l.metrics.consumerRunning.Set(1) // the earlier API: serving is consuming
+	}
+	l.log.Info("serving SKR events", "consumerGate", l.consumerMode.Load(), "address", ln.Addr().String(), "path", l.path, "tls", tlsConfig != nil, "identity", l.cfg.auth.mode())
 
 	var err error
 	select {

@@ -15,7 +15,22 @@ const (
 	MetricEventsDelivered = "runtime_watcher_listener_events_delivered_total"
 	MetricBufferDepth     = "runtime_watcher_listener_buffer_depth"
 	MetricBufferCapacity  = "runtime_watcher_listener_buffer_capacity"
+	// MetricResyncs counts accepted resync events by reason (startup,
+	// overflow, expired; "other" for a reason this version does not know).
+	MetricResyncs = "runtime_watcher_listener_resyncs_total"
+	// MetricHeartbeats counts accepted heartbeats (never put on the channel).
+	MetricHeartbeats = "runtime_watcher_listener_heartbeats_total"
+	// MetricLastSeen is the Unix time of the last accepted event per
+	// runtime_id (see LastSeen for the bounds of the label).
+	MetricLastSeen          = "runtime_watcher_listener_last_seen_timestamp_seconds"
+	MetricLastSeenRuntimes  = "runtime_watcher_listener_last_seen_runtimes"
+	MetricLastSeenEvicted   = "runtime_watcher_listener_last_seen_evicted_total"
+	MetricConsumerRunning   = "runtime_watcher_listener_consumer_running"
+	MetricNoConsumerRefused = "runtime_watcher_listener_no_consumer_refused_total"
 )
+
+// resyncReasons are the reason label values of MetricResyncs.
+var resyncReasons = []string{"startup", "overflow", "expired", "other"}
 
 // knownCodes are the statuses the handler answers; their counters are
 // created up front so every series exists from the start.
@@ -29,9 +44,18 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	byCode    map[int]prometheus.Counter
 	delivered prometheus.Counter
+
+	resyncs         *prometheus.CounterVec
+	heartbeats      prometheus.Counter
+	evicted         prometheus.Counter
+	consumerRunning prometheus.Gauge
+	noConsumer      prometheus.Counter
+
+	collectors []prometheus.Collector
 }
 
-func newMetrics(managerName string, events chan event.GenericEvent, reg prometheus.Registerer) (*metrics, error) {
+// newMetrics creates the metrics; register registers them.
+func newMetrics(managerName string, events chan event.GenericEvent) *metrics {
 	labels := prometheus.Labels{"manager": managerName}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -41,6 +65,24 @@ func newMetrics(managerName string, events chan event.GenericEvent, reg promethe
 			Name: MetricEventsDelivered, Help: "Events put on the listener's channel.", ConstLabels: labels,
 		}),
 		byCode: make(map[int]prometheus.Counter, len(knownCodes)),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricResyncs, Help: "Resync events accepted (put on the channel), by reason.", ConstLabels: labels,
+		}, []string{"reason"}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricHeartbeats, Help: "Heartbeats accepted (recorded as last-seen, never put on the channel).", ConstLabels: labels,
+		}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricLastSeenEvicted, Help: "Runtimes whose last-seen time was dropped because the limit of runtimes was reached.", ConstLabels: labels,
+		}),
+		consumerRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricConsumerRunning, Help: "1 while this replica hands events to a running consumer (the leader), else 0.", ConstLabels: labels,
+		}),
+		noConsumer: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricNoConsumerRefused, Help: "Events answered 503 because no consumer runs on this replica (not the leader).", ConstLabels: labels,
+		}),
+	}
+	for _, r := range resyncReasons {
+		m.resyncs.WithLabelValues(r)
 	}
 	for _, c := range knownCodes {
 		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
@@ -51,19 +93,25 @@ func newMetrics(managerName string, events chan event.GenericEvent, reg promethe
 	capacity := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: MetricBufferCapacity, Help: "Capacity of the listener's event buffer.", ConstLabels: labels,
 	}, func() float64 { return float64(cap(events)) })
+	m.collectors = []prometheus.Collector{m.requests, m.delivered, depth, capacity, m.resyncs, m.heartbeats, m.evicted, m.consumerRunning, m.noConsumer}
+	return m
+}
+
+// register registers the metrics and extra collectors with reg (nil: none).
+func (m *metrics) register(managerName string, reg prometheus.Registerer, extra ...prometheus.Collector) error {
 	if reg == nil {
-		return m, nil
+		return nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.delivered, depth, capacity} {
+	for _, c := range append(m.collectors, extra...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
-				return nil, errors.New("metrics of a listener for manager " + managerName + " are already registered; use one listener per manager or WithRegisterer")
+				return errors.New("metrics of a listener for manager " + managerName + " are already registered; use one listener per manager or WithRegisterer")
 			}
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func (m *metrics) request(code int) {
@@ -72,4 +120,14 @@ func (m *metrics) request(code int) {
 		return
 	}
 	m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+func (m *metrics) resync(reason string) {
+	for _, r := range resyncReasons[:len(resyncReasons)-1] {
+		if r == reason {
+			m.resyncs.WithLabelValues(r).Inc()
+			return
+		}
+	}
+	m.resyncs.WithLabelValues("other").Inc()
 }

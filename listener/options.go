@@ -122,8 +122,11 @@ func WithNetListener(ln net.Listener) Option {
 	}
 }
 
-// WithLeaderElection sets whether the listener serves only on the elected
-// leader (default true, like the controllers that consume its events).
+// WithLeaderElection sets whether the consumer of the events runs only on
+// the elected leader (default true, like the controllers that read
+// Events()). With SetupWithManager it decides where the consumer marker
+// runs (the server runs everywhere); with the listener added alone, whether
+// the listener serves only on the leader.
 func WithLeaderElection(needed bool) Option {
 	return func(c *config) error { c.needLeader = needed; return nil }
 }
@@ -138,4 +141,21 @@ func WithLogger(log logr.Logger) Option {
 // controller-runtime's metrics.Registry; nil does not register them.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *config) error { c.registerer = reg; return nil }
+}
+
+// WithLastSeen bounds the last-seen record (LastSeen and the metric
+// runtime_watcher_listener_last_seen_timestamp_seconds{runtime_id}): at
+// most limit runtimes (default DefaultLastSeenLimit; a new one beyond it
+// evicts the one heard from longest ago), each forgotten when not heard
+// from for retention (default DefaultLastSeenRetention). Keep retention well
+// above the alert's silence threshold: a forgotten runtime leaves the
+// metric, and its alert resolves.
+func WithLastSeen(limit int, retention time.Duration) Option {
+	return func(c *config) error {
+		if limit < 1 || retention <= 0 {
+			return errors.New("WithLastSeen: limit must be at least 1 and retention positive")
+		}
+		c.lastSeenLimit, c.lastSeenRetention = limit, retention
+		return nil
+	}
 }

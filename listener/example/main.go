@@ -1,12 +1,17 @@
 // Command example is a small KCP operator built on the listener library:
 // a controller-runtime manager runs the listener, and a controller whose
 // source is source.Channel over the listener's events enqueues the Kyma CR
-// named by each event's runtime ID in --kyma-namespace and reconciles it.
+// of each event's runtime in --kyma-namespace (found by its runtime-id
+// label or name, identity.NewKymaLookup) and reconciles it.
 //
 // For every event it reconciles it prints one human-readable line to
 // stdout (the time it received the event, the runtime, the watched object
 // and the Kyma it reconciled) and logs the same facts, structured, to
-// stderr. `make run` starts it.
+// stderr. A resync event (ARCHITECTURE.md §3.8) re-reads the runtime and
+// prints a line marked "resync (<reason>)". The listener serves on every
+// replica; with --leader-elect only the leader accepts events (the others
+// answer 503). GET /last-seen on the metrics address lists when each runtime
+// was last heard from (heartbeats included). `make run` starts it.
 //
 // Identity (--identity): "header" (default) expects the gateway's ext-authz
 // in front (x-watcher-runtime-id); "san-pinning" verifies the gateway's
@@ -57,6 +62,9 @@ type kymaEvent struct {
 	RuntimeID string
 	Watched   types.NamespacedName
 	GVK       schema.GroupVersionKind
+	Resync    string // reason of a resync event, "" for a change
+	// KymaState is set when the lookup found no Kyma ("not found").
+	KymaState string
 	Received  time.Time
 }
 
@@ -80,7 +88,7 @@ func main() {
 	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables)")
 	flag.Var(flag.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
 	flag.Var(flag.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
-	flag.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: only the leader serves events and reconciles")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: every replica serves and is ready, only the leader accepts events (others answer 503) and reconciles")
 	flag.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	flag.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
 	flag.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
@@ -135,12 +143,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 
+	// One Kyma lookup (by runtime-id label, else name) for SAN pinning and
+	// for finding the Kyma of an event.
+	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("runtime-id index: %w", err)
+	}
+	lookup := identity.NewKymaLookup(mgr.GetCache(), o.kymaNamespace)
 	lopts := []listener.Option{listener.WithLogger(ctrl.Log.WithName("listener"))}
 	switch o.identity {
 	case "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())
 	case "san-pinning":
-		v := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), o.kymaNamespace)}
+		v := &identity.Verifier{Lookup: lookup}
 		if o.caFile != "" {
 			pemBytes, err := os.ReadFile(o.caFile)
 			if err != nil {
@@ -150,9 +164,6 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			if !v.Roots.AppendCertsFromPEM(pemBytes) {
 				return fmt.Errorf("--ca-file %s holds no PEM certificate", o.caFile)
 			}
-		}
-		if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
-			return fmt.Errorf("runtime-id index: %w", err)
 		}
 		lopts = append(lopts, listener.WithSANPinning(v))
 	default:
@@ -173,14 +184,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(l); err != nil {
+	// The server on every replica (ready when it listens), the consumer
+	// marker on the leader.
+	if err := l.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("listener", l.ReadyCheck); err != nil {
-		return err
+	if o.metricsAddr != "0" {
+		if err := mgr.AddMetricsServerExtraHandler("/last-seen", lastSeenHandler(l)); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddReadyzCheck("kyma-cache", cacheSynced(mgr.GetCache())); err != nil {
 		return err
@@ -192,7 +207,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	r := &reconciler{client: mgr.GetClient(), out: out, json: o.print == "json"}
 	err = builder.TypedControllerManagedBy[kymaEvent](mgr).
 		Named("skr-events").
-		WatchesRawSource(source.TypedChannel(l.Events(), enqueueKyma(o.kymaNamespace))).
+		WatchesRawSource(source.TypedChannel(l.Events(), enqueueKyma(lookup, o.kymaNamespace))).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -217,24 +232,50 @@ func cacheSynced(c cache.Cache) healthz.Checker {
 	}
 }
 
-// enqueueKyma turns a listener event into a work item for the Kyma named
-// by its runtime ID, stamped with the time it was received.
-func enqueueKyma(namespace string) handler.TypedEventHandler[client.Object, kymaEvent] {
+// enqueueKyma turns a listener event into a work item for the Kyma of its
+// runtime (listener.KymaOf: by runtime-id label, else name), stamped with
+// the time it was received. A runtime without a Kyma is still reported
+// ("not found"); a failed lookup is logged and the event dropped.
+func enqueueKyma(lookup identity.RuntimeLookup, namespace string) handler.TypedEventHandler[client.Object, kymaEvent] {
 	return handler.TypedFuncs[client.Object, kymaEvent]{
-		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[kymaEvent]) {
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[kymaEvent]) {
 			ev, ok := listener.EventFrom(e.Object)
 			if !ok {
 				return
 			}
-			q.Add(kymaEvent{
-				Kyma:      types.NamespacedName{Namespace: namespace, Name: ev.RuntimeID},
+			key, found, err := listener.KymaOf(ctx, lookup, namespace, ev.RuntimeID)
+			if err != nil {
+				ctrl.Log.WithName("example").Error(err, "cannot find the Kyma of the event's runtime", "runtimeID", ev.RuntimeID, "resync", ev.Resync)
+				return
+			}
+			item := kymaEvent{
+				Kyma:      key,
 				RuntimeID: ev.RuntimeID,
 				Watched:   ev.Watched,
 				GVK:       ev.WatchedGVK,
+				Resync:    ev.Resync,
 				Received:  time.Now(),
-			})
+			}
+			if !found {
+				item.Kyma, item.KymaState = types.NamespacedName{Namespace: namespace}, "not found"
+			}
+			q.Add(item)
 		},
 	}
+}
+
+// lastSeenHandler answers GET /last-seen with a JSON object: runtime ID →
+// when this replica last accepted an event or heartbeat of it (RFC 3339).
+func lastSeenHandler(l *listener.Listener) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		all := l.LastSeenAll()
+		out := make(map[string]string, len(all))
+		for id, t := range all {
+			out[id] = t.UTC().Format(time.RFC3339Nano)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
 }
 
 type reconciler struct {
@@ -246,20 +287,30 @@ type reconciler struct {
 // Reconcile reads the Kyma (metadata only, from the cache) and reports the
 // event. A real operator would reconcile the Kyma here.
 func (r *reconciler) Reconcile(ctx context.Context, ev kymaEvent) (reconcile.Result, error) {
+	// A resync means changes of this runtime may have been lost on the way:
+	// a real operator re-reads everything of the runtime here. This one
+	// re-reads its Kyma, as it does for every event.
 	kyma := identity.NewKyma()
-	state := "exists"
-	if err := r.client.Get(ctx, ev.Kyma, kyma); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("reading Kyma %s: %w", ev.Kyma, err)
+	state := ev.KymaState
+	if state == "" {
+		state = "exists"
+		if err := r.client.Get(ctx, ev.Kyma, kyma); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, fmt.Errorf("reading Kyma %s: %w", ev.Kyma, err)
+			}
+			state = "not found"
 		}
-		state = "not found"
 	}
-	ctrl.LoggerFrom(ctx).Info("SKR event reconciled",
-		"runtimeID", ev.RuntimeID, "watched", ev.Watched.String(), "gvk", ev.GVK.String(),
+	msg := "SKR event reconciled"
+	if ev.Resync != "" {
+		msg = "SKR resync: runtime re-read"
+	}
+	ctrl.LoggerFrom(ctx).Info(msg,
+		"runtimeID", ev.RuntimeID, "watched", ev.Watched.String(), "gvk", ev.GVK.String(), "resync", ev.Resync,
 		"kyma", ev.Kyma.String(), "kymaState", state, "received", ev.Received.Format(time.RFC3339Nano))
 	if r.json {
 		b, err := json.Marshal(eventline.Line{
-			Time: ev.Received, RuntimeID: ev.RuntimeID, Kyma: ev.Kyma.String(), KymaState: state,
+			Time: ev.Received, RuntimeID: ev.RuntimeID, Kyma: ev.Kyma.String(), KymaState: state, Resync: ev.Resync,
 			Watched: eventline.Object{Namespace: ev.Watched.Namespace, Name: ev.Watched.Name},
 			GVK:     eventline.GVK{Group: ev.GVK.Group, Version: ev.GVK.Version, Kind: ev.GVK.Kind},
 		})
@@ -268,6 +319,11 @@ func (r *reconciler) Reconcile(ctx context.Context, ev kymaEvent) (reconcile.Res
 		}
 		_, err = fmt.Fprintf(r.out, "%s\n", b)
 		return reconcile.Result{}, err
+	}
+	if ev.Resync != "" {
+		fmt.Fprintf(r.out, "%s  runtime %s: resync (%s) -> runtime re-read, Kyma %s reconciled (%s)\n",
+			ev.Received.Format("15:04:05.000"), ev.RuntimeID, ev.Resync, ev.Kyma, state)
+		return reconcile.Result{}, nil
 	}
 	fmt.Fprintf(r.out, "%s  runtime %s: %s %s changed -> Kyma %s reconciled (%s)\n",
 		ev.Received.Format("15:04:05.000"), ev.RuntimeID, gvkText(ev.GVK), objectText(ev.Watched), ev.Kyma, state)

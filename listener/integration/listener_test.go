@@ -46,29 +46,38 @@ type reconciled struct {
 }
 
 // startManager runs a real manager on the kcp cluster with a listener for
-// managerName and a controller fed by source.Channel(l.Events(),
-// listener.EnqueueKyma(kymaNamespace)). setup may prepare the manager (e.g.
-// register indexes) and returns extra listener options.
+// managerName (SetupWithManager) and a controller fed by
+// source.Channel(l.Events(), listener.EnqueueKyma(cache, kymaNamespace)),
+// with the runtime-id index registered. setup may prepare the manager and
+// returns extra listener options.
 func startManager(managerName string, setup func(mgr manager.Manager) []listener.Option) (*listener.Listener, <-chan reconciled) {
+	return startManagerWith(managerName, ctrl.Options{}, setup)
+}
+
+func startManagerWith(managerName string, base ctrl.Options, setup func(mgr manager.Manager) []listener.Option) (*listener.Listener, <-chan reconciled) {
 	mgr, err := ctrl.NewManager(kcp.Config, ctrl.Options{
-		Scheme:                 testenv.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{kymaNamespace: {}}},
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		LeaderElection:          base.LeaderElection,
+		LeaderElectionID:        base.LeaderElectionID,
+		LeaderElectionNamespace: base.LeaderElectionNamespace,
+		Scheme:                  testenv.Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{kymaNamespace: {}}},
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
+	Expect(identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer())).To(Succeed())
 	opts := []listener.Option{listener.WithRegisterer(prometheus.NewRegistry())}
 	if setup != nil {
 		opts = append(opts, setup(mgr)...)
 	}
 	l, err := listener.New("127.0.0.1:0", managerName, opts...)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(mgr.Add(l)).To(Succeed())
+	Expect(l.SetupWithManager(mgr)).To(Succeed())
 
 	got := make(chan reconciled, 100)
 	err = ctrl.NewControllerManagedBy(mgr).Named(managerName).
-		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma(kymaNamespace))).
+		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma(mgr.GetCache(), kymaNamespace))).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			k := identity.NewKyma()
 			err := mgr.GetClient().Get(ctx, req.NamespacedName, k)
@@ -93,13 +102,18 @@ func startManager(managerName string, setup func(mgr manager.Manager) []listener
 }
 
 type answer struct {
-	Status int
-	Reason string
+	Status     int
+	Reason     string
+	RetryAfter string
 }
 
 // post sends an event to the listener and returns its status and deny reason.
 func post(l *listener.Listener, kv ...string) answer {
-	req, err := http.NewRequest(http.MethodPost, "http://"+l.Addr()+l.Path(), strings.NewReader(eventBody))
+	return postBody(l, eventBody, kv...)
+}
+
+func postBody(l *listener.Listener, body string, kv ...string) answer {
+	req, err := http.NewRequest(http.MethodPost, "http://"+l.Addr()+l.Path(), strings.NewReader(body))
 	Expect(err).NotTo(HaveOccurred())
 	for i := 0; i+1 < len(kv); i += 2 {
 		req.Header.Add(kv[i], kv[i+1])
@@ -108,7 +122,11 @@ func post(l *listener.Listener, kv ...string) answer {
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return answer{Status: resp.StatusCode, Reason: resp.Header.Get(contract.HeaderDenyReason)}
+	a := answer{Status: resp.StatusCode, Reason: resp.Header.Get(contract.HeaderDenyReason)}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		a.RetryAfter = resp.Header.Get("Retry-After")
+	}
+	return a
 }
 
 func request(name string) reconcile.Request {
@@ -150,11 +168,10 @@ var _ = Describe("a controller fed by the listener through source.Channel", func
 			return envoyXFCC(leaf)
 		}
 		p := createKyma(ctx, "runtime-p", "p.skr.example.com", nil)
-		createKyma(ctx, "kyma-labelled", "q.skr.example.com", map[string]string{contract.LabelRuntimeID: "runtime-q"})
+		q := createKyma(ctx, "kyma-labelled", "q.skr.example.com", map[string]string{contract.LabelRuntimeID: "runtime-q"})
 		r := createKyma(ctx, "runtime-r", "old.skr.example.com", nil)
 
 		l, got := startManager("pinning-manager", func(mgr manager.Manager) []listener.Option {
-			Expect(identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer())).To(Succeed())
 			v := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), kymaNamespace), Roots: ca.Pool()}
 			return []listener.Option{listener.WithSANPinning(v)}
 		})
@@ -175,8 +192,8 @@ var _ = Describe("a controller fed by the listener through source.Channel", func
 
 		By("finding a runtime through the runtime-id label index")
 		Expect(post(l, contract.HeaderXFCC, issue("runtime-q", "q.skr.example.com"))).To(Equal(answer{Status: http.StatusOK}))
-		// EnqueueKyma names the Kyma by the runtime ID, as Lifecycle Manager does.
-		Eventually(got).WithTimeout(30 * time.Second).Should(Receive(Equal(reconciled{Request: request("runtime-q")})))
+		// EnqueueKyma finds the Kyma through the same lookup: by its label.
+		Eventually(got).WithTimeout(30 * time.Second).Should(Receive(Equal(reconciled{Request: request("kyma-labelled"), UID: q.GetUID(), Found: true})))
 
 		By("following a changed skr-domain annotation through the cache")
 		newCert := issue("runtime-r", "new.skr.example.com")
@@ -234,3 +251,38 @@ func freeAddr() string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+var _ = Describe("two replicas with leader election (SetupWithManager)", func() {
+	It("are both ready; the non-leader answers 503 at once, the leader routes resyncs and records heartbeats", func(ctx SpecContext) {
+		k := createKyma(ctx, "kyma-replicas", "rep.skr.example.com", map[string]string{contract.LabelRuntimeID: "runtime-rep"})
+		le := ctrl.Options{LeaderElection: true, LeaderElectionID: "listener-it-replicas", LeaderElectionNamespace: kymaNamespace}
+		leader, got := startManagerWith("replica-manager", le, nil)
+		Eventually(leader.ConsumerRunning).WithTimeout(30 * time.Second).Should(BeTrue())
+		other, otherGot := startManagerWith("replica-manager", le, nil) // ready: startManagerWith waited for it
+		Expect(other.ConsumerRunning()).To(BeFalse())
+
+		By("the non-leader sends the sender on with 503 and Retry-After, nothing on its channel")
+		Expect(post(other, contract.HeaderRuntimeID, "runtime-rep")).To(Equal(answer{Status: http.StatusServiceUnavailable, RetryAfter: "1"}))
+		Expect(postBody(other, `{"watched":{},"watchedGvk":{},"heartbeat":true}`, contract.HeaderRuntimeID, "runtime-rep")).
+			To(Equal(answer{Status: http.StatusServiceUnavailable, RetryAfter: "1"}))
+		_, seen := other.LastSeen("runtime-rep")
+		Expect(seen).To(BeFalse())
+
+		By("the leader turns a resync into a request for the runtime's Kyma, found by its label")
+		Expect(postBody(leader, `{"watched":{},"watchedGvk":{},"resync":"startup"}`, contract.HeaderRuntimeID, "runtime-rep")).
+			To(Equal(answer{Status: http.StatusOK}))
+		Eventually(got).WithTimeout(30 * time.Second).Should(Receive(Equal(reconciled{Request: request("kyma-replicas"), UID: k.GetUID(), Found: true})))
+		first, ok := leader.LastSeen("runtime-rep")
+		Expect(ok).To(BeTrue())
+
+		By("a heartbeat advances last-seen and reconciles nothing")
+		Eventually(func() time.Time {
+			Expect(postBody(leader, `{"watched":{},"watchedGvk":{},"heartbeat":true}`, contract.HeaderRuntimeID, "runtime-rep")).
+				To(Equal(answer{Status: http.StatusOK}))
+			t, _ := leader.LastSeen("runtime-rep")
+			return t
+		}).WithTimeout(10 * time.Second).Should(BeTemporally(">", first))
+		Consistently(got).WithTimeout(time.Second).ShouldNot(Receive())
+		Consistently(otherGot).WithTimeout(time.Second).ShouldNot(Receive())
+	})
+})

@@ -1,5 +1,5 @@
 // Package skr embeds the SKR kustomize base (the skr-webhook Deployment,
-// Service and Namespace) so that vs-controller renders the bundle it applies
+// PodDisruptionBudget, Service and Namespace) so that vs-controller renders the bundle it applies
 // into every runtime from the very files this folder ships: one source of
 // truth, no YAML copies in Go strings.
 package skr
@@ -20,3 +20,8 @@ var Service []byte
 //
 //go:embed deployment.yaml
 var Deployment []byte
+
+// PodDisruptionBudget is pdb.yaml.
+//
+//go:embed pdb.yaml
+var PodDisruptionBudget []byte

@@ -23,6 +23,8 @@ type Event struct {
 	Namespace string
 	Name      string
 	Kind      string
+	// Resync is the reason of a resync event ("" for a change).
+	Resync string
 }
 
 // Names are the sample objects the environment created.
@@ -55,4 +57,38 @@ type Environment interface {
 	// SetGatewayUp takes the KCP gateway down or brings it back.
 	SetGatewayUp(ctx context.Context, up bool) error
 	Stop() error
+}
+
+// DeliveryEnvironment is an Environment that can break the delivery path
+// on purpose (ARCHITECTURE.md §3.8); the local one can.
+type DeliveryEnvironment interface {
+	Delivery() DeliveryControls
+}
+
+// DeliveryControls break and observe the delivery path.
+type DeliveryControls interface {
+	// SetGatewayFault makes the KCP gateway answer f's status instead of
+	// authorizing and routing (nil: normal operation).
+	SetGatewayFault(f func(*http.Request) (status int, ok bool))
+	// KillWebhook SIGKILLs the skr-webhook; StartWebhook starts it again
+	// and waits until it is ready.
+	KillWebhook() error
+	StartWebhook(ctx context.Context) error
+	// WebhookRSS is the skr-webhook's resident set size and its peak, in bytes.
+	WebhookRSS() (current, peak int64, err error)
+	// WebhookURL is the base URL of the skr-webhook's admission endpoint
+	// and WebhookClient a client that trusts it.
+	WebhookURL() string
+	WebhookClient() *http.Client
+	// Operators are the example operator replicas.
+	Operators() []OperatorReplica
+	// ServiceAnswers counts per replica the answers of the operators'
+	// Service stand-in, by status code.
+	ServiceAnswers() []map[int]int
+}
+
+// OperatorReplica is one example operator process.
+type OperatorReplica struct {
+	HealthURL  string // base URL of /healthz and /readyz
+	MetricsURL string // its /metrics
 }

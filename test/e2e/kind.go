@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -123,35 +124,67 @@ func (e *kindEnvironment) loadCA(ctx context.Context, ref string) (*pki.CA, erro
 	return &pki.CA{Cert: cert, Key: key, PEM: s.Data["tls.crt"]}, nil
 }
 
-// followOperator streams the example operator's logs (its JSON event
-// lines), reconnecting when the stream ends.
+// followOperator streams the logs of every example operator pod (their
+// JSON event lines; with 2 replicas and leader election the events are on
+// the leader's), following new pods as they appear and reconnecting when a
+// stream ends.
 func (e *kindEnvironment) followOperator(ctx context.Context, log logr.Logger, ns, selector string) {
-	since := metav1.Now()
+	var mu sync.Mutex
+	following := map[string]bool{}
+	seen := map[string]bool{} // pods streamed before: later streams start now
+	start := metav1.Now()
 	for ctx.Err() == nil {
 		pods, err := e.kcpClients.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(pods.Items) == 0 {
-			log.Info("waiting for the example operator pod", "namespace", ns, "selector", selector, "error", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(2 * time.Second):
+			log.Info("waiting for the example operator pods", "namespace", ns, "selector", selector, "error", err)
+		}
+		if err == nil {
+			for _, p := range pods.Items {
+				mu.Lock()
+				busy := following[p.Name]
+				following[p.Name] = true
+				mu.Unlock()
+				since := start
+				if seen[p.Name] {
+					since = metav1.Now()
+				}
+				seen[p.Name] = true
+				if !busy {
+					go func(name string, since metav1.Time) {
+						e.followPod(ctx, ns, name, since)
+						mu.Lock()
+						delete(following, name)
+						mu.Unlock()
+					}(p.Name, since)
+				}
 			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// followPod streams one pod's log until it ends.
+func (e *kindEnvironment) followPod(ctx context.Context, ns, name string, since metav1.Time) {
+	stream, err := e.kcpClients.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
+	if err != nil {
+		return
+	}
+	defer stream.Close()
+	sc := bufio.NewScanner(stream)
+	for sc.Scan() {
+		ev, ok := eventline.Parse(sc.Bytes())
+		if !ok {
 			continue
 		}
-		stream, err := e.kcpClients.CoreV1().Pods(ns).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
-		if err != nil {
-			continue
+		select {
+		case e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind, Resync: ev.Resync}:
+		case <-ctx.Done():
+			return
 		}
-		sc := bufio.NewScanner(stream)
-		for sc.Scan() {
-			ev, ok := eventline.Parse(sc.Bytes())
-			if !ok {
-				continue
-			}
-			e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind}
-		}
-		_ = stream.Close()
-		since = metav1.Now()
 	}
 }
 

@@ -28,7 +28,9 @@ func StartLocal(ctx context.Context, log logr.Logger) (Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log})
+	// The KCP shape of ARCHITECTURE.md §3.8: two operator replicas with
+	// leader election; heartbeats every second (when the webhook has them).
+	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log, OperatorReplicas: 2, HeartbeatInterval: time.Second})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -36,7 +38,7 @@ func StartLocal(ctx context.Context, log logr.Logger) (Environment, error) {
 	e := &localEnvironment{sys: sys, dir: dir, events: make(chan Event, 4096)}
 	go func() {
 		for ev := range sys.Events {
-			e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind}
+			e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind, Resync: ev.Resync}
 		}
 	}()
 	return e, nil
@@ -78,3 +80,34 @@ func (e *localEnvironment) Stop() error {
 	_ = os.RemoveAll(e.dir)
 	return err
 }
+
+// Delivery is the local environment's DeliveryControls.
+func (e *localEnvironment) Delivery() DeliveryControls { return localDelivery{e.sys} }
+
+type localDelivery struct{ sys *localenv.System }
+
+func (d localDelivery) SetGatewayFault(f func(*http.Request) (int, bool)) {
+	if f == nil {
+		d.sys.SetGatewayFault(nil)
+		return
+	}
+	d.sys.SetGatewayFault(f)
+}
+func (d localDelivery) KillWebhook() error                     { return d.sys.KillWebhook() }
+func (d localDelivery) StartWebhook(ctx context.Context) error { return d.sys.StartWebhook(ctx) }
+func (d localDelivery) WebhookRSS() (int64, int64, error)      { return d.sys.WebhookRSS() }
+func (d localDelivery) WebhookURL() string                     { return "https://" + d.sys.WebhookAddr() }
+func (d localDelivery) WebhookClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: d.sys.CA.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost: 64,
+	}}
+}
+func (d localDelivery) Operators() []OperatorReplica {
+	var out []OperatorReplica
+	for _, op := range d.sys.Operators() {
+		out = append(out, OperatorReplica{HealthURL: "http://" + op.Health, MetricsURL: "http://" + op.Metrics + "/metrics"})
+	}
+	return out
+}
+func (d localDelivery) ServiceAnswers() []map[int]int { return d.sys.ServiceAnswers() }

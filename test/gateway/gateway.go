@@ -38,6 +38,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -81,6 +82,22 @@ type Gateway struct {
 	cfg   Config
 	conn  *grpc.ClientConn
 	authz authv3.AuthorizationClient
+	fault atomic.Pointer[Fault]
+}
+
+// Fault answers a request in place of the gateway (fault injection for
+// tests): ok=false lets the request through. 404 stands for a route not yet
+// programmed, 403 for ext-authz's cache not yet knowing a new Kyma
+// (ARCHITECTURE.md §3.8).
+type Fault func(r *http.Request) (status int, ok bool)
+
+// SetFault installs f (nil removes it).
+func (g *Gateway) SetFault(f Fault) {
+	if f == nil {
+		g.fault.Store(nil)
+		return
+	}
+	g.fault.Store(&f)
 }
 
 // New connects to ext-authz (lazily, as Envoy's cluster does) and returns the
@@ -139,6 +156,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	leaf := r.TLS.PeerCertificates[0]
+	if f := g.fault.Load(); f != nil {
+		if status, ok := (*f)(r); ok {
+			if status == http.StatusForbidden {
+				w.Header().Set(contract.HeaderDenyReason, string(contract.ReasonUnknownRuntime))
+			}
+			http.Error(w, "injected fault", status)
+			return
+		}
+	}
 
 	// SANITIZE_SET: whatever the client sent is replaced.
 	r.Header.Del(contract.HeaderXFCC)

@@ -80,6 +80,13 @@ type Options struct {
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 	Log      logr.Logger
+	// OperatorReplicas runs that many example operators with leader
+	// election behind a per-request round-robin "Service" (default 1: one
+	// operator, no leader election) — the KCP shape of ARCHITECTURE.md §3.8.
+	OperatorReplicas int
+	// HeartbeatInterval is the skr-webhook's --heartbeat-interval, when
+	// its binary has the flag (0: its default).
+	HeartbeatInterval time.Duration
 }
 
 // System is the running local environment.
@@ -103,6 +110,17 @@ type System struct {
 	gwStop      context.CancelFunc
 	gw          *gateway.Gateway
 	certDir     string
+
+	// delivery.go: the skr-webhook's process and how to start it again,
+	// the operators and their Service stand-in.
+	webhookMu     sync.Mutex
+	webhook       *process
+	webhookBinary string
+	webhookArgs   []string
+	webhookHealth string
+	webhookAddr   string
+	operators     []Operator
+	service       *roundRobin
 }
 
 func (s *System) step(format string, args ...any) {
@@ -162,7 +180,8 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.goRun(func() error { return cm.Start(runCtx) })
 	s.step("cert-manager stand-in signs Certificates in %s with its CA", KymaNamespace)
 
-	ports, err := freePorts(11)
+	replicas := max(o.OperatorReplicas, 1)
+	ports, err := freePorts(11 + 3*replicas)
 	if err != nil {
 		return s, err
 	}
@@ -189,16 +208,42 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 
 	events := make(chan ReceivedEvent, 4096)
 	s.Events = events
-	pr, pw := io.Pipe()
-	s.goRun(func() error { return readEvents(pr, events) })
-	p, err = s.start("example-operator", binaries["listener/example"], pw, nil,
-		"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", opListen, "--manager", Manager, "--kyma-namespace", KymaNamespace,
-		"--health-probe-bind-address", opHealth, "--metrics-bind-address", opMetrics, "--print", "json")
-	if err != nil {
-		return s, err
+	if replicas == 1 {
+		s.operators = []Operator{{Listen: opListen, Health: opHealth, Metrics: opMetrics}}
+	} else {
+		for i := range replicas {
+			s.operators = append(s.operators, Operator{Listen: addr(11 + 3*i), Health: addr(12 + 3*i), Metrics: addr(13 + 3*i)})
+		}
 	}
-	if err := p.waitReady(ctx, "http://"+opHealth+"/readyz", time.Minute); err != nil {
-		return s, err
+	var opProcs []*process
+	for i, op := range s.operators {
+		pr, pw := io.Pipe()
+		s.goRun(func() error { return readEvents(pr, events) })
+		name := "example-operator"
+		args := []string{"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", op.Listen, "--manager", Manager, "--kyma-namespace", KymaNamespace,
+			"--health-probe-bind-address", op.Health, "--metrics-bind-address", op.Metrics, "--print", "json"}
+		if replicas > 1 {
+			name = fmt.Sprintf("example-operator-%d", i)
+			args = append(args, "--leader-elect")
+		}
+		p, err := s.start(name, binaries["listener/example"], pw, nil, args...)
+		if err != nil {
+			return s, err
+		}
+		opProcs = append(opProcs, p)
+	}
+	// Every replica becomes ready, leader or not (the listener serves on
+	// every replica).
+	for i, op := range s.operators {
+		if err := opProcs[i].waitReady(ctx, "http://"+op.Health+"/readyz", time.Minute); err != nil {
+			return s, err
+		}
+	}
+	if replicas > 1 {
+		if s.service, err = startRoundRobin(runCtx, opListen, s.operators); err != nil {
+			return s, err
+		}
+		s.step("%d example operators (leader election) ready behind the Service stand-in %s", replicas, opListen)
 	}
 	s.step("example operator listening on %s for POST %s", opListen, contract.EventPath(Manager))
 
@@ -238,14 +283,18 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.step("vs-controller obtained the runtime certificate and applied the webhook bundle to the SKR")
 
 	caFile := filepath.Join(s.certDir, "ca.crt")
-	p, err = s.start("skr-webhook", binaries["skr-webhook"], nil, nil,
+	s.webhookBinary, s.webhookHealth, s.webhookAddr = binaries["skr-webhook"], webhookHealth, webhookListen
+	s.webhookArgs = []string{
 		"--listen-addr", webhookListen, "--health-probe-bind-address", webhookHealth, "--metrics-bind-address", webhookMetrics,
 		"--tls-cert-file", filepath.Join(s.certDir, "tls.crt"), "--tls-key-file", filepath.Join(s.certDir, "tls.key"),
-		"--ca-file", caFile, "--kcp-addr", s.GatewayAddr, "--drain-timeout", "2s")
+		"--ca-file", caFile, "--kcp-addr", s.GatewayAddr, "--drain-timeout", "2s",
+	}
+	extra, err := s.deliveryFlags(o)
 	if err != nil {
 		return s, err
 	}
-	if err := p.waitReady(ctx, "http://"+webhookHealth+"/readyz", time.Minute); err != nil {
+	s.webhookArgs = append(s.webhookArgs, extra...)
+	if err := s.StartWebhook(ctx); err != nil {
 		return s, err
 	}
 	s.step("skr-webhook serving the SKR API server on %s, delivering to %s", webhookListen, s.GatewayAddr)

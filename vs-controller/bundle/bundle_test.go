@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -42,8 +44,9 @@ func TestDeployment(t *testing.T) {
 		t.Fatalf("image %q", c.Image)
 	}
 	for _, want := range []string{
-		"--tls-cert-file=/etc/skr-webhook/tls.crt", "--tls-key-file=/etc/skr-webhook/tls.key",
-		"--ca-file=/etc/skr-webhook/ca.crt", "--kcp-addr=gw.kcp.example:443", "--listen-addr=:8443",
+		"--tls-cert-file=/etc/skr-webhook/tls/tls.crt", "--tls-key-file=/etc/skr-webhook/tls/tls.key",
+		"--ca-file=/etc/skr-webhook/tls/ca.crt", "--kcp-addr=gw.kcp.example:443", "--listen-addr=:8443",
+		"--managers-file=/etc/skr-webhook/managers/managers",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %v lack %s", c.Args, want)
@@ -52,10 +55,46 @@ func TestDeployment(t *testing.T) {
 	if n := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--kcp-addr=") }); slices.IndexFunc(c.Args[n+1:], func(a string) bool { return strings.HasPrefix(a, "--kcp-addr=") }) >= 0 {
 		t.Errorf("--kcp-addr given twice: %v", c.Args)
 	}
-	// The Deployment mounts the Secret the bundle writes.
+	// The Deployment mounts the Secret and the managers ConfigMap the
+	// bundle writes, where the flags point.
 	vols := d.Spec.Template.Spec.Volumes
-	if len(vols) != 1 || vols[0].Secret == nil || vols[0].Secret.SecretName != bundle.SecretName {
-		t.Fatalf("volumes %+v do not mount %s", vols, bundle.SecretName)
+	if len(vols) != 2 || vols[0].Secret == nil || vols[0].Secret.SecretName != bundle.SecretName ||
+		vols[1].ConfigMap == nil || vols[1].ConfigMap.Name != bundle.ManagersConfigMapName {
+		t.Fatalf("volumes %+v do not mount %s and %s", vols, bundle.SecretName, bundle.ManagersConfigMapName)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts["tls"] != "/etc/skr-webhook/tls" || mounts["managers"] != "/etc/skr-webhook/managers" {
+		t.Fatalf("mounts %v", mounts)
+	}
+	// Delivery (ARCHITECTURE.md §3.8): 2 replicas spread over nodes, a
+	// preStop without a shell, a grace period above preStop + drain.
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Fatalf("replicas %v", d.Spec.Replicas)
+	}
+	aa := d.Spec.Template.Spec.Affinity
+	if aa == nil || aa.PodAntiAffinity == nil || len(aa.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		aa.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+		t.Fatalf("anti-affinity %+v", aa)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Exec != nil {
+		t.Fatalf("preStop %+v: want the kubelet's sleep action (no shell in the image)", c.Lifecycle)
+	}
+	drain := 0
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--drain-timeout="); ok {
+			dur, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain = int(dur.Seconds())
+		}
+	}
+	grace := d.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if drain == 0 || grace == nil || *grace <= int64(drain)+c.Lifecycle.PreStop.Sleep.Seconds {
+		t.Fatalf("terminationGracePeriodSeconds %v not above preStop %ds + --drain-timeout %ds", grace, c.Lifecycle.PreStop.Sleep.Seconds, drain)
 	}
 	sc := c.SecurityContext
 	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || d.Spec.Template.Spec.SecurityContext.RunAsNonRoot == nil || !*d.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
@@ -225,4 +264,42 @@ func ExampleWebhook() {
 	// kcp-system.lifecycle-manager.operator.kyma-project.io
 	// kyma-system/skr-webhook /validate/lifecycle-manager
 	// [CREATE UPDATE DELETE] [kymas] Ignore NoneOnDryRun
+}
+
+func TestDeliveryObjects(t *testing.T) {
+	o := bundle.Options{Namespace: "skr-ns"}
+	pdb, err := bundle.PodDisruptionBudget(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := bundle.Deployment(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pdb.Name != bundle.Name || pdb.Namespace != "skr-ns" || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Fatalf("pdb %+v", pdb)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Fatalf("the PDB's selector %v does not select the Deployment's pods %v", pdb.Spec.Selector, d.Spec.Template.Labels)
+	}
+
+	deleting := watcher("kcp-system", "gone", "gone-manager", v1beta2.SpecField, nil)
+	deleting.DeletionTimestamp = &metav1.Time{}
+	ws := []v1beta2.Watcher{
+		watcher("kcp-system", "w2", "zeta", v1beta2.SpecField, nil),
+		watcher("kcp-system", "w1", "lifecycle-manager", v1beta2.SpecField, nil),
+		watcher("other", "w3", "lifecycle-manager", v1beta2.StatusField, nil), // same manager: one line
+		deleting,
+	}
+	cm := bundle.ManagersConfigMap(o, ws)
+	if cm.Name != bundle.ManagersConfigMapName || cm.Namespace != "skr-ns" {
+		t.Fatalf("configmap %s/%s", cm.Namespace, cm.Name)
+	}
+	if got := cm.Data[bundle.ManagersKey]; got != "lifecycle-manager\nzeta\n" {
+		t.Fatalf("managers file %q", got)
+	}
+	if got := bundle.ManagersConfigMap(o, nil).Data[bundle.ManagersKey]; got != "" {
+		t.Fatalf("no Watchers: %q", got)
+	}
 }

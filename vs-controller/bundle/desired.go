@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +27,8 @@ var (
 	SecretGVK                         = corev1.SchemeGroupVersion.WithKind("Secret")
 	ServiceGVK                        = corev1.SchemeGroupVersion.WithKind("Service")
 	DeploymentGVK                     = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	ConfigMapGVK                      = corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	PodDisruptionBudgetGVK            = policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")
 	ValidatingWebhookConfigurationGVK = admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration")
 )
 
@@ -34,6 +37,7 @@ var (
 func Kinds() map[schema.GroupVersionKind]bool {
 	return map[schema.GroupVersionKind]bool{
 		NamespaceGVK: true, SecretGVK: false, ServiceGVK: false, DeploymentGVK: false,
+		ConfigMapGVK: false, PodDisruptionBudgetGVK: false,
 		ValidatingWebhookConfigurationGVK: true,
 	}
 }
@@ -43,6 +47,7 @@ func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
 	utilruntime.Must(appsv1.AddToScheme(s))
+	utilruntime.Must(policyv1.AddToScheme(s))
 	utilruntime.Must(admissionregistrationv1.AddToScheme(s))
 	return s
 }
@@ -51,10 +56,11 @@ func Scheme() *runtime.Scheme {
 // KeyKey.
 type TLS struct{ CA, Cert, Key []byte }
 
-// Desired is the bundle in apply order (namespace, Secret, Service,
-// Deployment, then webhooks, the webhook configuration from
-// WebhookConfigurations), each with apply's hash annotation.
-func Desired(o Options, tls TLS, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+// Desired is the bundle in apply order (namespace, Secret, the managers
+// ConfigMap of watchers, Service, Deployment, PodDisruptionBudget, then
+// webhooks, the webhook configuration from WebhookConfigurations), each
+// with apply's hash annotation.
+func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	ns, err := Namespace(o)
 	if err != nil {
 		return nil, err
@@ -67,14 +73,20 @@ func Desired(o Options, tls TLS, webhooks *unstructured.Unstructured) ([]*unstru
 	if err != nil {
 		return nil, err
 	}
+	pdb, err := PodDisruptionBudget(o)
+	if err != nil {
+		return nil, err
+	}
 	objs := []struct {
 		obj runtime.Object
 		gvk schema.GroupVersionKind
 	}{
 		{ns, NamespaceGVK},
 		{Secret(o, tls.CA, tls.Cert, tls.Key), SecretGVK},
+		{ManagersConfigMap(o, watchers), ConfigMapGVK},
 		{svc, ServiceGVK},
 		{dep, DeploymentGVK},
+		{pdb, PodDisruptionBudgetGVK},
 	}
 	out := make([]*unstructured.Unstructured, 0, len(objs)+1)
 	for _, obj := range objs {
@@ -95,14 +107,16 @@ type Ref struct {
 
 // Removal lists the bundle objects to delete when a runtime leaves, in
 // order: the webhook configuration first so the API server stops calling,
-// then the Deployment, Service and Secret. The namespace is not listed (it
-// is shared).
+// then the Deployment, its PodDisruptionBudget, the Service, the managers
+// ConfigMap and the Secret. The namespace is not listed (it is shared).
 func Removal(o Options) []Ref {
 	ns := o.namespace()
 	return []Ref{
 		{ValidatingWebhookConfigurationGVK, client.ObjectKey{Name: Name}},
 		{DeploymentGVK, client.ObjectKey{Namespace: ns, Name: Name}},
+		{PodDisruptionBudgetGVK, client.ObjectKey{Namespace: ns, Name: Name}},
 		{ServiceGVK, client.ObjectKey{Namespace: ns, Name: Name}},
+		{ConfigMapGVK, client.ObjectKey{Namespace: ns, Name: ManagersConfigMapName}},
 		{SecretGVK, client.ObjectKey{Namespace: ns, Name: SecretName}},
 	}
 }

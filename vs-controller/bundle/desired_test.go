@@ -13,17 +13,20 @@ import (
 func TestDesired(t *testing.T) {
 	o := bundle.Options{Namespace: "skr-ns"}
 	var c bundle.WebhookConfigurations
-	vwc, err := c.Desired(o, []v1beta2.Watcher{watcher("kcp-system", "w1", "m1", v1beta2.SpecField, nil)}, []byte("ca"))
+	watchers := []v1beta2.Watcher{watcher("kcp-system", "w1", "m1", v1beta2.SpecField, nil)}
+	vwc, err := c.Desired(o, watchers, []byte("ca"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := bundle.Desired(o, bundle.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}, vwc)
+	objs, err := bundle.Desired(o, bundle.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}, watchers, vwc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []struct{ kind, ns, name string }{
-		{"Namespace", "", "skr-ns"}, {"Secret", "skr-ns", bundle.SecretName}, {"Service", "skr-ns", bundle.Name},
-		{"Deployment", "skr-ns", bundle.Name}, {"ValidatingWebhookConfiguration", "", bundle.Name},
+		{"Namespace", "", "skr-ns"}, {"Secret", "skr-ns", bundle.SecretName},
+		{"ConfigMap", "skr-ns", bundle.ManagersConfigMapName}, {"Service", "skr-ns", bundle.Name},
+		{"Deployment", "skr-ns", bundle.Name}, {"PodDisruptionBudget", "skr-ns", bundle.Name},
+		{"ValidatingWebhookConfiguration", "", bundle.Name},
 	}
 	if len(objs) != len(want) {
 		t.Fatalf("%d objects, want %d", len(objs), len(want))
@@ -52,7 +55,9 @@ func TestDesired(t *testing.T) {
 
 func TestRemoval(t *testing.T) {
 	refs := bundle.Removal(bundle.Options{})
-	want := []string{"ValidatingWebhookConfiguration//skr-webhook", "Deployment/kyma-system/skr-webhook", "Service/kyma-system/skr-webhook", "Secret/kyma-system/skr-webhook-tls"}
+	want := []string{"ValidatingWebhookConfiguration//skr-webhook", "Deployment/kyma-system/skr-webhook",
+		"PodDisruptionBudget/kyma-system/skr-webhook", "Service/kyma-system/skr-webhook",
+		"ConfigMap/kyma-system/skr-webhook-managers", "Secret/kyma-system/skr-webhook-tls"}
 	if len(refs) != len(want) {
 		t.Fatalf("%v", refs)
 	}

@@ -129,7 +129,7 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, 
 }
 
 // desiredBundle is the SKR bundle in apply order, its webhook configuration
-// built from all Watchers.
+// and managers ConfigMap built from all Watchers.
 func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS) ([]*unstructured.Unstructured, error) {
 	var watchers v1beta2.WatcherList
 	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
@@ -139,7 +139,7 @@ func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS) ([]*uns
 	if err != nil {
 		return nil, err
 	}
-	return bundle.Desired(r.Bundle, *tls, vwc)
+	return bundle.Desired(r.Bundle, *tls, watchers.Items, vwc)
 }
 
 // applyBundle writes the bundle objects that differ from the SKR's and

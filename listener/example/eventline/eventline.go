@@ -20,6 +20,10 @@ type Line struct {
 	// found ("exists" or "not found").
 	Kyma      string `json:"kyma"`
 	KymaState string `json:"kymaState"`
+	// Resync is the reason of a resync event ("startup", "overflow",
+	// "expired"): the operator re-read the runtime. Empty for a change;
+	// Watched and GVK are then empty.
+	Resync string `json:"resync,omitempty"`
 }
 
 // Object names the watched SKR object.

@@ -1,0 +1,224 @@
+package localenv
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+)
+
+// Delivery controls (ARCHITECTURE.md §3.8) for the e2e suite: the
+// skr-webhook can be killed and started again, the gateway can answer
+// injected faults, and the example operators run as replicas behind a
+// Service stand-in.
+
+// Operator is one example operator process: its event, health and metrics
+// addresses (host:port).
+type Operator struct {
+	Listen, Health, Metrics string
+}
+
+// Operators are the example operator replicas.
+func (s *System) Operators() []Operator { return s.operators }
+
+// ServiceAnswers counts, per operator replica (index of Operators), the
+// answers the Service stand-in relayed, by status code; nil with one
+// replica (no stand-in).
+func (s *System) ServiceAnswers() []map[int]int {
+	if s.service == nil {
+		return nil
+	}
+	return s.service.answers()
+}
+
+// SetGatewayFault makes the gateway answer f's status instead of
+// authorizing and routing (nil: normal operation).
+func (s *System) SetGatewayFault(f gateway.Fault) { s.gw.SetFault(f) }
+
+// WebhookManagersFile is the --managers-file the skr-webhook reads, when
+// its binary has the flag.
+func (s *System) WebhookManagersFile() string { return filepath.Join(s.Dir, "skr-webhook-managers") }
+
+// deliveryFlags are the skr-webhook flags of §3.8 its binary supports:
+// --managers-file (the sample manager, as vs-controller's ConfigMap would
+// list it) and --heartbeat-interval. Older binaries do not have them.
+func (s *System) deliveryFlags(o Options) ([]string, error) {
+	out, _ := exec.Command(s.webhookBinary, "-h").CombinedOutput() //nolint:gosec // our own binary
+	var flags []string
+	if bytes.Contains(out, []byte("-managers-file")) {
+		if err := os.WriteFile(s.WebhookManagersFile(), []byte(Manager+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		flags = append(flags, "--managers-file", s.WebhookManagersFile())
+	}
+	if o.HeartbeatInterval > 0 && bytes.Contains(out, []byte("-heartbeat-interval")) {
+		flags = append(flags, "--heartbeat-interval", o.HeartbeatInterval.String())
+	}
+	return flags, nil
+}
+
+// StartWebhook starts the skr-webhook (again) and waits until it is ready.
+func (s *System) StartWebhook(ctx context.Context) error {
+	s.webhookMu.Lock()
+	defer s.webhookMu.Unlock()
+	if s.webhook != nil {
+		select {
+		case <-s.webhook.done:
+		default:
+			return errors.New("skr-webhook is running")
+		}
+	}
+	name := "skr-webhook"
+	if s.webhook != nil {
+		name += "-" + strconv.FormatInt(time.Now().UnixNano(), 36) // a fresh log per start
+	}
+	p, err := s.start(name, s.webhookBinary, nil, nil, s.webhookArgs...)
+	if err != nil {
+		return err
+	}
+	s.webhook = p
+	if err := p.waitReady(ctx, "http://"+s.webhookHealth+"/readyz", time.Minute); err != nil {
+		return err
+	}
+	return nil
+}
+
+// KillWebhook sends SIGKILL to the skr-webhook and waits until it is gone:
+// nothing it holds is flushed.
+func (s *System) KillWebhook() error {
+	s.webhookMu.Lock()
+	defer s.webhookMu.Unlock()
+	if s.webhook == nil {
+		return errors.New("no skr-webhook")
+	}
+	_ = syscall.Kill(-s.webhook.pid(), syscall.SIGKILL)
+	select {
+	case <-s.webhook.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("skr-webhook did not die within 10s of SIGKILL")
+	}
+}
+
+// WebhookAddr is host:port of the skr-webhook's admission endpoint (TLS,
+// certificate for "localhost" signed by CA).
+func (s *System) WebhookAddr() string { return s.webhookAddr }
+
+// WebhookRSS reads the running skr-webhook's resident set size and its
+// peak (VmRSS, VmHWM of /proc/<pid>/status; Linux only), in bytes.
+func (s *System) WebhookRSS() (current, peak int64, err error) {
+	s.webhookMu.Lock()
+	p := s.webhook
+	s.webhookMu.Unlock()
+	if p == nil {
+		return 0, 0, errors.New("no skr-webhook")
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.pid()))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(v)
+		if len(fields) != 2 || fields[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			current = n * 1024
+		case "VmHWM":
+			peak = n * 1024
+		}
+	}
+	if current == 0 || peak == 0 {
+		return 0, 0, errors.New("no VmRSS/VmHWM in /proc status")
+	}
+	return current, peak, sc.Err()
+}
+
+// roundRobin is the operators' Service stand-in: per request, the next
+// replica (kube-proxy/Envoy balance per connection or request; per request
+// makes every replica see traffic).
+type roundRobin struct {
+	mu      sync.Mutex
+	next    int
+	counts  []map[int]int
+	targets []*url.URL
+}
+
+func startRoundRobin(ctx context.Context, addr string, ops []Operator) (*roundRobin, error) {
+	rr := &roundRobin{}
+	for _, op := range ops {
+		rr.targets = append(rr.targets, &url.URL{Scheme: "http", Host: op.Listen})
+		rr.counts = append(rr.counts, map[int]int{})
+	}
+	type pickKey struct{}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rr.mu.Lock()
+			i := rr.next
+			rr.next = (rr.next + 1) % len(rr.targets)
+			rr.mu.Unlock()
+			pr.SetURL(rr.targets[i])
+			pr.Out.Host = pr.In.Host
+			*pr.Out = *pr.Out.WithContext(context.WithValue(pr.Out.Context(), pickKey{}, i))
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if i, ok := resp.Request.Context().Value(pickKey{}).(int); ok {
+				rr.mu.Lock()
+				rr.counts[i][resp.StatusCode]++
+				rr.mu.Unlock()
+			}
+			return nil
+		},
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return rr, nil
+}
+
+func (rr *roundRobin) answers() []map[int]int {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	out := make([]map[int]int, len(rr.counts))
+	for i, c := range rr.counts {
+		out[i] = map[int]int{}
+		for k, v := range c {
+			out[i][k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,232 @@
+package monitoring
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	promparser "github.com/prometheus/prometheus/promql/parser"
+	"go.yaml.in/yaml/v3"
+)
+
+const (
+	root      = "../../.."
+	ruleFile  = root + "/manifests/monitoring/prometheusrule.yaml"
+	dashboard = root + "/manifests/monitoring/runtime-watcher-dashboard.json"
+)
+
+var metricName = regexp.MustCompile(`^runtime_watcher_[a-z0-9_]+$`)
+
+// definedMetrics collects the metric names this repository's (non-test) Go
+// code defines: string literals that are whole metric names (constants and
+// Opts.Name), and Opts literals composed of Namespace, Subsystem and Name.
+// Histograms and summaries also expose _bucket, _sum and _count.
+func definedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	add := func(n string) {
+		for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+			names[n+s] = true
+		}
+	}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "bin", "testdata", "tools":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BasicLit:
+				if s, err := strconv.Unquote(n.Value); err == nil && n.Kind == token.STRING && metricName.MatchString(s) {
+					add(s)
+				}
+			case *ast.CompositeLit:
+				parts := map[string]string{}
+				for _, e := range n.Elts {
+					kv, ok := e.(*ast.KeyValueExpr)
+					if !ok {
+						continue
+					}
+					k, ok1 := kv.Key.(*ast.Ident)
+					v, ok2 := kv.Value.(*ast.BasicLit)
+					if ok1 && ok2 && v.Kind == token.STRING {
+						parts[k.Name], _ = strconv.Unquote(v.Value)
+					}
+				}
+				if parts["Namespace"] != "" && parts["Name"] != "" {
+					full := parts["Namespace"]
+					if parts["Subsystem"] != "" {
+						full += "_" + parts["Subsystem"]
+					}
+					add(full + "_" + parts["Name"])
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 40 {
+		t.Fatalf("found only %d metric names: the scan is not looking at the code", len(names))
+	}
+	return names
+}
+
+// usedMetrics returns the metric names an expression selects.
+func usedMetrics(t *testing.T, where, expr string) []string {
+	t.Helper()
+	e, err := promparser.ParseExpr(expr)
+	if err != nil {
+		t.Errorf("%s: %q does not parse: %v", where, expr, err)
+		return nil
+	}
+	var out []string
+	promparser.Inspect(e, func(n promparser.Node, _ []promparser.Node) error {
+		if vs, ok := n.(*promparser.VectorSelector); ok {
+			name := vs.Name
+			for _, m := range vs.LabelMatchers {
+				if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+					name = m.Value
+				}
+			}
+			if name == "" {
+				t.Errorf("%s: %q selects series without a metric name", where, expr)
+			}
+			out = append(out, name)
+		}
+		return nil
+	})
+	if len(out) == 0 {
+		t.Errorf("%s: %q names no metric", where, expr)
+	}
+	return out
+}
+
+func TestPrometheusRule(t *testing.T) {
+	b, err := os.ReadFile(ruleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cr struct {
+		APIVersion string         `yaml:"apiVersion"`
+		Kind       string         `yaml:"kind"`
+		Spec       map[string]any `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if cr.APIVersion != "monitoring.coreos.com/v1" || cr.Kind != "PrometheusRule" {
+		t.Fatalf("%s %s", cr.APIVersion, cr.Kind)
+	}
+	// The spec of a PrometheusRule is a Prometheus rule file: load it the
+	// way Prometheus does (unknown fields refused).
+	spec, err := yaml.Marshal(cr.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, errs := rulefmt.Parse(spec, false)
+	for _, e := range errs {
+		t.Errorf("rule file: %v", e)
+	}
+	if groups == nil {
+		t.Fatal("no groups")
+	}
+	defined := definedMetrics(t)
+	alerts := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			alerts[r.Alert] = true
+			for _, m := range usedMetrics(t, r.Alert, r.Expr) {
+				if !defined[m] {
+					t.Errorf("alert %s uses %s, which no code in this repository defines", r.Alert, m)
+				}
+			}
+		}
+	}
+	// What issue 14 asks the rule to cover.
+	for _, a := range []string{"RuntimeWatcherWatchPathSilent", "RuntimeWatcherEventsDropped", "RuntimeWatcherDeliveriesFailing", "RuntimeWatcherCertificateExpiresSoon"} {
+		if !alerts[a] {
+			t.Errorf("no alert %s", a)
+		}
+	}
+}
+
+type dashboardPanel struct {
+	Title   string                  `json:"title"`
+	Type    string                  `json:"type"`
+	Targets []struct{ Expr string } `json:"targets"`
+	Panels  []dashboardPanel        `json:"panels"`
+}
+
+func TestDashboard(t *testing.T) {
+	b, err := os.ReadFile(dashboard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Title  string           `json:"title"`
+		UID    string           `json:"uid"`
+		Panels []dashboardPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Title == "" || d.UID == "" {
+		t.Fatal("dashboard without title or uid")
+	}
+	defined := definedMetrics(t)
+	used := map[string]bool{}
+	var walk func([]dashboardPanel)
+	queries := 0
+	walk = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			for _, tg := range p.Targets {
+				queries++
+				for _, m := range usedMetrics(t, "panel "+p.Title, tg.Expr) {
+					used[m] = true
+					if !defined[m] {
+						t.Errorf("panel %q uses %s, which no code in this repository defines", p.Title, m)
+					}
+				}
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	if queries < 10 {
+		t.Fatalf("only %d queries", queries)
+	}
+	names := make([]string, 0, len(used))
+	for n := range used {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	t.Logf("dashboard uses %d metrics: %s", len(names), strings.Join(names, ", "))
+}
