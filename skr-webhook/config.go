@@ -36,6 +36,9 @@ type config struct {
 	drainTimeout     time.Duration
 	certPollInterval time.Duration
 
+	managersFile      string
+	heartbeatInterval time.Duration
+
 	zap     zap.Options
 	version bool // print the version and exit
 }
@@ -62,15 +65,17 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "plain HTTP address of /healthz and /readyz")
 	fs.Var(fs.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
 	fs.Var(fs.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
-	fs.IntVar(&c.queueSize, "queue-size", 10000, "pending deliveries held; when full the oldest is dropped")
+	fs.IntVar(&c.queueSize, "queue-size", 10000, "pending deliveries held; when full the oldest is dropped and an overflow resync requested for its manager")
 	fs.IntVar(&c.workers, "workers", 16, "concurrent deliveries to the KCP")
-	fs.DurationVar(&c.maxRetryAge, "max-retry-age", 10*time.Minute, "stop retrying an event whose newest change is older than this")
+	fs.DurationVar(&c.maxRetryAge, "max-retry-age", time.Hour, "stop retrying an event whose newest change is older than this; an expired resync replaces it")
 	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", 200*time.Millisecond, "first retry delay (doubles per attempt, with jitter)")
-	fs.DurationVar(&c.retryMaxDelay, "retry-max-delay", 30*time.Second, "largest retry delay")
+	fs.DurationVar(&c.retryMaxDelay, "retry-max-delay", 30*time.Second, "largest retry delay (a Retry-After is honoured up to this)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "bound of one delivery attempt (connect, TLS handshake, answer)")
 	fs.DurationVar(&c.objectInterval, "object-interval", time.Second, "least time between two deliveries of one object; changes in between coalesce (0: none)")
-	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long pending events may still be delivered")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM (readiness already failing, admission still answered), how long pending events may still be delivered")
 	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
+	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync and heartbeats (managers first seen in a /validate/<manager> path too)")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each known manager a heartbeat this often (0: off)")
 	showVersion := version.BindFlag(fs)
 	c.zap.BindFlags(fs)
 
@@ -130,6 +135,14 @@ func (c *config) validate(clientDefaulted bool) error {
 	if c.objectInterval < 0 {
 		errs = append(errs, errors.New("--object-interval must not be negative"))
 	}
+	if c.heartbeatInterval < 0 {
+		errs = append(errs, errors.New("--heartbeat-interval must not be negative"))
+	}
+	if c.managersFile != "" {
+		if _, err := readManagers(c.managersFile); err != nil {
+			errs = append(errs, fmt.Errorf("--managers-file: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -171,5 +184,7 @@ func (c *config) dispatcherConfig() delivery.Config {
 		MaxDelay:       c.retryMaxDelay,
 		AttemptTimeout: c.requestTimeout,
 		ObjectInterval: interval,
+
+		HeartbeatInterval: c.heartbeatInterval,
 	}
 }

@@ -2,10 +2,13 @@
 // (ARCHITECTURE.md §3.2, §3.3). The API server calls it at
 // POST /validate/<manager> for the resources each Watcher selects; it
 // answers allowed: true at once and delivers the resulting WatchEvents to
-// the KCP asynchronously over mTLS (coalescing, retrying, bounded). The
-// serving and client certificates are reloaded when their files change.
-// SIGTERM stops the admission endpoint, drains pending events for a
-// bounded time (--drain-timeout) and exits. Its Go soft memory limit is
+// the KCP asynchronously over mTLS (coalescing, retrying, bounded), with a
+// startup resync per manager, overflow and expired resyncs where events are
+// given up, and heartbeats (§3.8). The serving and client certificates and
+// the managers file are reloaded when they change. SIGTERM makes /readyz
+// fail at once while admission is still answered, delivers what is pending
+// for at most --drain-timeout, then stops; what is left is covered by the
+// next pod's startup resync. Its Go soft memory limit is
 // GOMEMLIMIT, or else 90 % of the container's cgroup memory limit (package
 // memlimit).
 package main
@@ -137,7 +140,7 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg))
 
 	mux := http.NewServeMux()
-	mux.Handle(contract.ValidatePathPrefix, a.handler)
+	mux.Handle(contract.ValidatePathPrefix, seeManagers(a.dispatcher, a.handler))
 	mux.Handle("/", http.NotFoundHandler())
 	a.webhook = &http.Server{
 		Handler: mux,
@@ -186,7 +189,7 @@ func (a *app) closeListeners() {
 }
 
 // readyz is 200 once both certificates are loaded and the servers run, and
-// 503 again when shutting down.
+// 503 from the moment shutdown begins (admission is still answered then).
 func (a *app) readyz(w http.ResponseWriter, _ *http.Request) {
 	s, _ := a.servingCerts.GetCertificate(nil)
 	c, _ := a.clientCerts.GetCertificate(nil)
@@ -197,9 +200,9 @@ func (a *app) readyz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 }
 
-// run serves until ctx ends, then shuts down: readiness off, the admission
-// endpoint stops accepting, pending events are delivered until
-// --drain-timeout, the rest is dropped and counted.
+// run serves until ctx ends, then shuts down: readiness off, pending events
+// delivered while admission is still answered, until --drain-timeout; then
+// the admission endpoint stops and the rest is dropped and counted.
 func (a *app) run(ctx context.Context) error {
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	defer stopWatching()
@@ -220,6 +223,13 @@ func (a *app) run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); a.client.WatchCA(watchCtx, 2*time.Second) }() // ca.crt alone changes on a CA rotation
 
+	if a.cfg.managersFile != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			watchManagers(watchCtx, a.cfg.managersFile, a.cfg.certPollInterval, a.dispatcher, a.log.WithName("managers"))
+		}()
+	}
 	a.dispatcher.Start()
 	errc := make(chan error, 3)
 	serve := func(name string, f func() error) {
@@ -243,15 +253,27 @@ func (a *app) run(ctx context.Context) error {
 	case runErr = <-errc:
 		a.log.Error(runErr, "server failed, shutting down")
 	}
+	// Readiness fails first; admission is still answered (and its events
+	// taken) while the queue drains, so nothing reaches a closed port while
+	// the Service still routes here.
 	a.ready.Store(false)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), a.cfg.drainTimeout)
 	defer cancel()
-	if err := a.webhook.Shutdown(shutdownCtx); err != nil {
+	drainErr := a.dispatcher.Drain(shutdownCtx)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelStop()
+	if err := a.webhook.Shutdown(stopCtx); err != nil {
 		a.log.Error(err, "admission endpoint did not stop in time")
 		_ = a.webhook.Close()
 	}
-	if err := a.dispatcher.Shutdown(shutdownCtx); err != nil {
-		a.log.Info("drain time up; undelivered events dropped", "error", err.Error())
+	if drainErr == nil {
+		// Events taken while the endpoint stopped: a last short flush.
+		drainErr = a.dispatcher.Shutdown(shutdownCtx)
+	} else {
+		_ = a.dispatcher.Shutdown(shutdownCtx) // time is up: drops what is left, counted
+	}
+	if drainErr != nil {
+		a.log.Info("drain time up; undelivered events dropped (the next pod's startup resync covers them)", "error", drainErr.Error())
 	} else {
 		a.log.Info("all pending events delivered")
 	}

@@ -82,8 +82,11 @@ func TestParseConfig(t *testing.T) {
 				if c.clientCertFile != f.cert || c.clientKeyFile != f.key {
 					t.Errorf("client pair %s %s", c.clientCertFile, c.clientKeyFile)
 				}
-				if c.queueSize != 10000 || c.workers != 16 || c.maxRetryAge != 10*time.Minute {
+				if c.queueSize != 10000 || c.workers != 16 || c.maxRetryAge != time.Hour {
 					t.Errorf("queue %d workers %d age %v", c.queueSize, c.workers, c.maxRetryAge)
+				}
+				if c.heartbeatInterval != 5*time.Minute || c.managersFile != "" {
+					t.Errorf("heartbeat %v managers file %q", c.heartbeatInterval, c.managersFile)
 				}
 			},
 		},
@@ -92,7 +95,7 @@ func TestParseConfig(t *testing.T) {
 			args: append(base, "--kcp-addr", "kcp:443", "--workers", "3"),
 			env:  map[string]string{"KCP_ADDR": "other:443", "WORKERS": "7", "QUEUE_SIZE": "many", "MAX_RETRY_AGE": "1m"},
 			check: func(t *testing.T, c *config) {
-				if c.kcpAddr != "kcp:443" || c.workers != 3 || c.queueSize != 10000 || c.maxRetryAge != 10*time.Minute {
+				if c.kcpAddr != "kcp:443" || c.workers != 3 || c.queueSize != 10000 || c.maxRetryAge != time.Hour {
 					t.Errorf("%+v", c)
 				}
 			},
@@ -143,6 +146,20 @@ func TestParseConfig(t *testing.T) {
 			err:  []string{"--queue-size", "--workers", "--request-timeout"},
 		},
 		{name: "stray argument", args: append(base, "--kcp-addr", "kcp", "extra"), err: []string{"unexpected arguments"}},
+		{
+			name: "heartbeats off, managers file",
+			args: append(base, "--kcp-addr", "kcp", "--heartbeat-interval", "0", "--managers-file", empty),
+			check: func(t *testing.T, c *config) {
+				if c.heartbeatInterval != 0 || c.managersFile != empty || c.dispatcherConfig().HeartbeatInterval != 0 {
+					t.Errorf("heartbeat %v managers file %q", c.heartbeatInterval, c.managersFile)
+				}
+			},
+		},
+		{
+			name: "bad heartbeat and managers file",
+			args: append(base, "--kcp-addr", "kcp", "--heartbeat-interval", "-1s", "--managers-file", "/nope/managers"),
+			err:  []string{"--heartbeat-interval must not be negative", "--managers-file: open /nope/managers"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,10 +266,10 @@ func TestAppLifecycle(t *testing.T) {
 	// (certwatcher) together.
 	metrics := "http://" + env.app.metricsLn.Addr().String() + "/metrics"
 	if err := testutil.ScrapeAndCompare(metrics, strings.NewReader(`
-# HELP runtime_watcher_skr_webhook_events_delivered_total Deliveries the KCP answered with 2xx.
+# HELP runtime_watcher_skr_webhook_events_delivered_total Change events the KCP answered with 2xx.
 # TYPE runtime_watcher_skr_webhook_events_delivered_total counter
 runtime_watcher_skr_webhook_events_delivered_total 2
-# HELP runtime_watcher_skr_webhook_queue_depth Deliveries owed: pending entries (new or waiting to retry) plus in-flight ones changed meanwhile.
+# HELP runtime_watcher_skr_webhook_queue_depth Deliveries owed: pending entries (new or waiting to retry, resyncs and heartbeats included) plus in-flight ones changed meanwhile.
 # TYPE runtime_watcher_skr_webhook_queue_depth gauge
 runtime_watcher_skr_webhook_queue_depth 0
 `), "runtime_watcher_skr_webhook_events_delivered_total", "runtime_watcher_skr_webhook_queue_depth"); err != nil {

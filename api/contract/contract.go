@@ -9,6 +9,7 @@
 package contract
 
 import (
+	"encoding/json"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -165,3 +166,31 @@ const (
 	// ResyncExpired: an event was retried past its maximum age.
 	ResyncExpired ResyncReason = "expired"
 )
+
+// IsControl reports whether the event is a resync or a heartbeat rather
+// than the change of one object.
+func (e WatchEvent) IsControl() bool { return e.Resync != "" || e.Heartbeat }
+
+// MarshalJSON writes a change event exactly as encoding/json writes the
+// struct (byte-identical to earlier releases). A resync or heartbeat event
+// carries no object: a zero Watched or WatchedGvk is written as {} (the
+// §3.8 body), not as an object of empty strings.
+func (e WatchEvent) MarshalJSON() ([]byte, error) {
+	type plain WatchEvent // no MarshalJSON: the default encoding
+	if !e.IsControl() {
+		return json.Marshal(plain(e))
+	}
+	var watched, gvk any = e.Watched, e.WatchedGvk
+	if e.Watched == (ObjectKey{}) {
+		watched = struct{}{}
+	}
+	if e.WatchedGvk == (GroupVersionKind{}) {
+		gvk = struct{}{}
+	}
+	return json.Marshal(struct {
+		Watched    any          `json:"watched"`
+		WatchedGvk any          `json:"watchedGvk"`
+		Resync     ResyncReason `json:"resync,omitempty"`
+		Heartbeat  bool         `json:"heartbeat,omitempty"`
+	}{watched, gvk, e.Resync, e.Heartbeat})
+}

@@ -70,3 +70,44 @@ func TestWatchEventDecodesBothKeyStyles(t *testing.T) {
 		t.Errorf("encode = %s, want %s", out, want)
 	}
 }
+
+// A change event keeps the plain struct encoding; resync and heartbeat
+// events carry {} for the object they do not name (ARCHITECTURE.md §3.8).
+func TestWatchEventEncoding(t *testing.T) {
+	type plain struct {
+		Watched    contract.ObjectKey        `json:"watched"`
+		WatchedGvk contract.GroupVersionKind `json:"watchedGvk"`
+	}
+	change := contract.WatchEvent{
+		Watched:    contract.ObjectKey{Namespace: "kcp-system", Name: "kyma-sample"},
+		WatchedGvk: contract.GroupVersionKind{Group: "operator.kyma-project.io", Version: "v1beta2", Kind: "Kyma"},
+	}
+	for _, ev := range []contract.WatchEvent{change, {}, {Watched: contract.ObjectKey{Name: "n"}}} {
+		got, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(plain{ev.Watched, ev.WatchedGvk})
+		if string(got) != string(want) {
+			t.Errorf("change event %+v = %s, want %s", ev, got, want)
+		}
+	}
+	for ev, want := range map[contract.WatchEvent]string{
+		{Resync: contract.ResyncStartup}:  `{"watched":{},"watchedGvk":{},"resync":"startup"}`,
+		{Resync: contract.ResyncOverflow}: `{"watched":{},"watchedGvk":{},"resync":"overflow"}`,
+		{Resync: contract.ResyncExpired}:  `{"watched":{},"watchedGvk":{},"resync":"expired"}`,
+		{Heartbeat: true}:                 `{"watched":{},"watchedGvk":{},"heartbeat":true}`,
+	} {
+		got, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%+v = %s, want %s", ev, got, want)
+		}
+		var back contract.WatchEvent
+		if err := json.Unmarshal(got, &back); err != nil || back != ev {
+			t.Errorf("round trip of %s = %+v, %v", got, back, err)
+		}
+	}
+}

@@ -50,7 +50,7 @@ func BenchmarkDeliveryThroughput(b *testing.B) {
 	if err := d.Shutdown(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	if got := metric(b, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropQueueFull); got != 0 {
+	if got := metric(b, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropOverflow); got != 0 {
 		b.Fatalf("%v dropped", got)
 	}
 	if got := metric(b, reg, "runtime_watcher_skr_webhook_events_delivered_total"); got != float64(n) {
@@ -92,7 +92,7 @@ func BenchmarkBurstMemory(b *testing.B) {
 		if held := d.queue.Len(); held > size+16 {
 			b.Fatalf("%d entries held", held)
 		}
-		dropped := metric(b, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropQueueFull)
+		dropped := metric(b, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropOverflow)
 		if dropped < burst-size-16 {
 			b.Fatalf("dropped %v", dropped)
 		}

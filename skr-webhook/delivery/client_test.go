@@ -128,7 +128,8 @@ func TestSenderClassifiesAnswers(t *testing.T) {
 	}{
 		{200, Delivered}, {202, Delivered}, {204, Delivered},
 		{429, Retriable}, {500, Retriable}, {502, Retriable}, {503, Retriable},
-		{400, Rejected}, {401, Rejected}, {403, Rejected}, {404, Rejected}, {413, Rejected},
+		{401, Retriable}, {403, Retriable}, {404, Retriable}, {408, Retriable}, {425, Retriable}, {302, Retriable},
+		{400, Rejected}, {413, Rejected}, {415, Rejected}, {422, Rejected},
 	} {
 		k.stub.SetStatus(tt.status)
 		if r := s.Send(context.Background(), "m", watch("a")); r.Outcome != tt.want || r.Status != tt.status {

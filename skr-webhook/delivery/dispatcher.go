@@ -1,19 +1,29 @@
 // Package delivery sends WatchEvents from the SKR to the KCP
-// (ARCHITECTURE.md §3.3) asynchronously: a bounded, coalescing in-memory
-// queue keyed by manager + GVK + namespace/name, a pool of workers posting
-// over one HTTP/2 mTLS client, retries with exponential backoff and jitter
-// until a maximum age, and a bounded drain on shutdown. Enqueue never
-// blocks; when the queue is full the oldest pending entry is dropped.
+// (ARCHITECTURE.md §3.3, §3.8) asynchronously: a bounded, coalescing
+// in-memory queue keyed by manager + GVK + namespace/name, a pool of workers
+// posting over one HTTP/2 mTLS client, retries with capped exponential
+// backoff and jitter, and a bounded drain on shutdown. Enqueue never blocks.
+//
+// Nothing is lost silently: every change is followed by an event or by a
+// resync of its manager. When the queue is full the oldest pending entry is
+// dropped and an "overflow" resync requested; an event retried past the
+// maximum age is dropped and an "expired" resync requested; every manager
+// gets a "startup" resync when it first becomes known. Resyncs and
+// heartbeats are coalesced to at most one pending per manager, retried until
+// delivered and handed out before any object event.
 package delivery
 
 import (
 	"context"
 	"math/rand/v2"
+	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
@@ -25,18 +35,29 @@ type Sender interface {
 
 // Config of a Dispatcher. Zero values take the defaults below.
 type Config struct {
-	QueueSize      int           // pending entries; default 10000
+	QueueSize      int           // pending object entries; default 10000
 	Workers        int           // concurrent deliveries; default 16
-	MaxRetryAge    time.Duration // drop a failing event after this; default 10m
+	MaxRetryAge    time.Duration // drop a failing event after this (expired resync); default 1h
 	BaseDelay      time.Duration // first retry delay; default 200ms
-	MaxDelay       time.Duration // largest retry delay; default 30s
+	MaxDelay       time.Duration // largest retry delay, Retry-After included; default 30s
 	AttemptTimeout time.Duration // bounds one attempt; default 5s
 	// ObjectInterval is the least time between two deliveries of one object
 	// (changes in between coalesce into one delivery). Negative disables it;
 	// default 1s.
 	ObjectInterval time.Duration
+	// HeartbeatInterval: a heartbeat per known manager this often. Zero:
+	// none.
+	HeartbeatInterval time.Duration
+	// MaxManagers bounds the managers known (from the managers file and from
+	// admission paths); default 256. Events of a manager beyond it are still
+	// delivered, but it gets no resyncs or heartbeats (counted).
+	MaxManagers int
 	// Registerer takes the metrics; none are registered when nil.
 	Registerer prometheus.Registerer
+	// Clock is the clock; the real one when nil (tests pass a fake one).
+	Clock clock.WithTicker
+	// Jitter returns a random duration in [0, n]; rand.N when nil.
+	Jitter func(n time.Duration) time.Duration
 }
 
 func (c *Config) defaults() {
@@ -47,7 +68,7 @@ func (c *Config) defaults() {
 		c.Workers = 16
 	}
 	if c.MaxRetryAge <= 0 {
-		c.MaxRetryAge = 10 * time.Minute
+		c.MaxRetryAge = time.Hour
 	}
 	if c.BaseDelay <= 0 {
 		c.BaseDelay = 200 * time.Millisecond
@@ -67,29 +88,70 @@ func (c *Config) defaults() {
 	case c.ObjectInterval < 0:
 		c.ObjectInterval = 0
 	}
+	if c.MaxManagers <= 0 {
+		c.MaxManagers = 256
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Jitter == nil {
+		c.Jitter = func(n time.Duration) time.Duration { return rand.N(n + 1) }
+	}
 }
 
 // Drop reasons (label "reason" of runtime_watcher_skr_webhook_events_dropped_total).
 const (
-	DropQueueFull = "queue_full"
-	DropExpired   = "expired"
-	DropRejected  = "rejected"
-	DropShutdown  = "shutdown"
+	// DropOverflow: the queue was full; the oldest pending entry was dropped
+	// and an overflow resync requested.
+	DropOverflow = "overflow"
+	// DropExpired: retried past the maximum age; an expired resync was
+	// requested.
+	DropExpired = "expired"
+	// DropShutdown: left when the drain time was up; the next pod's startup
+	// resync covers it.
+	DropShutdown = "shutdown"
+	// The KCP refused the body itself (400, 413, 415, 422): retrying the
+	// same body cannot help.
+	DropBadRequest           = "bad_request"
+	DropTooLarge             = "too_large"
+	DropUnsupportedMediaType = "unsupported_media_type"
+	DropUnprocessable        = "unprocessable"
+	// DropInvalid: the event could not be sent at all (e.g. an invalid
+	// manager name).
+	DropInvalid = "invalid"
 )
+
+var dropReasons = []string{DropOverflow, DropExpired, DropShutdown, DropBadRequest, DropTooLarge,
+	DropUnsupportedMediaType, DropUnprocessable, DropInvalid}
+
+var resyncReasons = []contract.ResyncReason{contract.ResyncStartup, contract.ResyncOverflow, contract.ResyncExpired}
+
+// manager is what the dispatcher knows of one manager.
+type manager struct {
+	fromFile, fromPath bool
+	resync             contract.ResyncReason // pending resync: the reason the next one carries
+	sending            contract.ResyncReason // resync in flight
+}
 
 // Dispatcher owns the queue and the workers.
 type Dispatcher struct {
 	cfg     Config
+	clock   clock.WithTicker
 	queue   *Queue
 	sender  Sender
 	log     logr.Logger
 	metrics *metrics
 	drops   dropLog
 
-	ctx    context.Context // cancelled when the drain time is up
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	start  sync.Once
+	mu       sync.Mutex
+	managers map[string]*manager
+
+	ctx      context.Context // cancelled when the drain time is up
+	cancel   context.CancelFunc
+	stopping chan struct{} // closed by Shutdown: stops the heartbeats
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	start    sync.Once
 }
 
 // New returns a dispatcher; Start starts its workers.
@@ -97,43 +159,174 @@ func New(cfg Config, sender Sender, log logr.Logger) *Dispatcher {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		cfg: cfg,
+		cfg:   cfg,
+		clock: cfg.Clock,
 		queue: NewQueue(QueueConfig{
-			Capacity: cfg.QueueSize, Interval: cfg.ObjectInterval, MaxRetryAge: cfg.MaxRetryAge,
+			Capacity: cfg.QueueSize, Interval: cfg.ObjectInterval, MaxRetryAge: cfg.MaxRetryAge, Clock: cfg.Clock,
 		}),
-		sender: sender,
-		log:    log,
-		ctx:    ctx,
-		cancel: cancel,
+		sender:   sender,
+		log:      log,
+		managers: map[string]*manager{},
+		ctx:      ctx,
+		cancel:   cancel,
+		stopping: make(chan struct{}),
 	}
 	d.drops.log = log
-	d.metrics = newMetrics(cfg.Registerer, d.queue)
+	d.metrics = newMetrics(cfg.Registerer, d)
 	return d
 }
 
-// Start starts the workers (once).
+// Start starts the workers and the heartbeats (once).
 func (d *Dispatcher) Start() {
 	d.start.Do(func() {
 		for range d.cfg.Workers {
 			d.wg.Add(1)
 			go d.work()
 		}
+		if d.cfg.HeartbeatInterval > 0 {
+			d.wg.Add(1)
+			go d.heartbeats()
+		}
 	})
 }
 
-// Enqueue takes one emitted event; it never blocks.
+// Enqueue takes one emitted event; it never blocks. A manager seen for the
+// first time becomes known (startup resync).
 func (d *Dispatcher) Enqueue(manager string, ev contract.WatchEvent) {
-	r := d.queue.Add(KeyOf(manager, ev))
+	d.SeeManager(manager)
+	k := KeyOf(manager, ev)
+	r := d.queue.Add(k)
 	if r.Closed {
-		d.metrics.dropped.WithLabelValues(DropShutdown).Inc()
-		d.drops.note(DropShutdown, KeyOf(manager, ev))
+		d.dropped(DropShutdown, []Key{k})
 		return
 	}
-	d.metrics.emitted.Inc()
+	d.metrics.accepted.Inc()
 	if r.Coalesced {
 		d.metrics.coalesced.Inc()
 	}
-	d.dropped(DropQueueFull, r.Dropped)
+	d.overflowed(r.Dropped)
+}
+
+// SeeManager records a manager named by an admission path
+// (/validate/<manager>). The first time, it becomes known: it gets a
+// startup resync (the webhook cannot know what it missed) and heartbeats.
+func (d *Dispatcher) SeeManager(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m, ok := d.managers[name]; ok {
+		m.fromPath = true
+		return
+	}
+	if m := d.addManager(name); m != nil {
+		m.fromPath = true
+	}
+}
+
+// SetManagers sets the managers named by the managers file. New ones get a
+// startup resync; ones no longer named and not seen in an admission path
+// are forgotten (their pending resync and heartbeat are dropped).
+func (d *Dispatcher) SetManagers(names []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	named := make(map[string]bool, len(names))
+	for _, n := range names {
+		named[n] = true
+		if m, ok := d.managers[n]; ok {
+			m.fromFile = true
+		} else if m := d.addManager(n); m != nil {
+			m.fromFile = true
+		}
+	}
+	for n, m := range d.managers {
+		if named[n] || !m.fromFile {
+			continue
+		}
+		m.fromFile = false
+		if !m.fromPath {
+			delete(d.managers, n)
+			d.queue.Forget(ResyncKey(n))
+			d.queue.Forget(HeartbeatKey(n))
+		}
+	}
+}
+
+// Managers returns the known managers.
+func (d *Dispatcher) Managers() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]string, 0, len(d.managers))
+	for n := range d.managers {
+		out = append(out, n)
+	}
+	return out
+}
+
+// addManager makes a manager known and requests its startup resync; nil
+// when it is invalid or the bound is reached. d.mu is held.
+func (d *Dispatcher) addManager(name string) *manager {
+	if !contract.ValidManager(name) {
+		return nil
+	}
+	if len(d.managers) >= d.cfg.MaxManagers {
+		d.metrics.managersRefused.Inc()
+		return nil
+	}
+	m := &manager{}
+	d.managers[name] = m
+	d.requestResync(name, m, contract.ResyncStartup)
+	return m
+}
+
+// Overflow requests an overflow resync for a manager: call it whenever a
+// change of that manager may have been lost because a bound was hit (a
+// review refused for too many in flight, a review too large to read, ...).
+// It never blocks and costs O(1): requests coalesce into at most one
+// pending resync per manager. An unknown manager becomes known first (its
+// startup resync then covers the overflow).
+func (d *Dispatcher) Overflow(manager string) { d.Resync(manager, contract.ResyncOverflow) }
+
+// Resync requests a resync of a manager with the given reason, coalesced
+// with one already pending.
+func (d *Dispatcher) Resync(name string, reason contract.ResyncReason) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.managers[name]
+	if !ok {
+		if m = d.addManager(name); m == nil {
+			return
+		}
+		m.fromPath = true
+	}
+	d.requestResync(name, m, reason)
+}
+
+// requestResync: d.mu is held.
+func (d *Dispatcher) requestResync(name string, m *manager, reason contract.ResyncReason) {
+	d.metrics.resyncsRequested.WithLabelValues(string(reason)).Inc()
+	if m.resync != "" {
+		return // one is pending; any resync re-reads everything
+	}
+	m.resync = reason
+	if r := d.queue.Add(ResyncKey(name)); r.Closed {
+		m.resync = ""
+		d.dropped(DropShutdown, []Key{ResyncKey(name)})
+	}
+}
+
+// overflowed counts object entries dropped for room and requests an
+// overflow resync for each manager concerned.
+func (d *Dispatcher) overflowed(keys []Key) {
+	if len(keys) == 0 {
+		return
+	}
+	d.dropped(DropOverflow, keys)
+	last := ""
+	for _, k := range keys {
+		if k.Manager != last {
+			d.Resync(k.Manager, contract.ResyncOverflow)
+			last = k.Manager
+		}
+	}
 }
 
 func (d *Dispatcher) dropped(reason string, keys []Key) {
@@ -149,11 +342,22 @@ func (d *Dispatcher) dropped(reason string, keys []Key) {
 // Depth is the number of deliveries still owed.
 func (d *Dispatcher) Depth() int { return d.queue.Depth() }
 
+// Drain delivers what is owed while still taking new events: retries
+// waiting for their backoff are made due at once, and Drain returns when
+// nothing is pending or in flight, or with ctx's error when ctx ends first.
+func (d *Dispatcher) Drain(ctx context.Context) error {
+	d.Start()
+	d.queue.Expedite()
+	return d.queue.WaitIdle(ctx)
+}
+
 // Shutdown stops taking events and lets the workers deliver what is pending
 // until ctx ends; then it cancels attempts in flight, drops what is left
-// (counted with reason "shutdown") and waits for the workers. It returns
-// ctx's error when the drain did not finish in time.
+// (counted with reason "shutdown": the next pod's startup resync covers it)
+// and waits for the workers. It returns ctx's error when the drain did not
+// finish in time.
 func (d *Dispatcher) Shutdown(ctx context.Context) error {
+	d.stopOnce.Do(func() { close(d.stopping) })
 	d.queue.Close()
 	d.Start() // so a never-started dispatcher still drains
 	finished := make(chan struct{})
@@ -174,6 +378,22 @@ func (d *Dispatcher) Shutdown(ctx context.Context) error {
 	return err
 }
 
+func (d *Dispatcher) heartbeats() {
+	defer d.wg.Done()
+	t := d.clock.NewTicker(d.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopping:
+			return
+		case <-t.C():
+			for _, m := range d.Managers() {
+				d.queue.Add(HeartbeatKey(m))
+			}
+		}
+	}
+}
+
 func (d *Dispatcher) work() {
 	defer d.wg.Done()
 	for {
@@ -185,39 +405,144 @@ func (d *Dispatcher) work() {
 	}
 }
 
+// event builds what a lease sends; false when there is nothing to send (a
+// resync of a manager forgotten meanwhile).
+func (d *Dispatcher) event(l *Lease) (contract.WatchEvent, bool) {
+	if l.Key.Control != ControlResync {
+		return l.Key.Event(), true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.managers[l.Key.Manager]
+	if !ok {
+		return contract.WatchEvent{}, false
+	}
+	if m.resync != "" { // a retry keeps its reason unless a new request came
+		m.sending, m.resync = m.resync, ""
+	}
+	if m.sending == "" {
+		return contract.WatchEvent{}, false
+	}
+	return contract.WatchEvent{Resync: m.sending}, true
+}
+
+// resyncDone ends a resync attempt: sent, dropped or to be retried.
+func (d *Dispatcher) resyncDone(name string, retry bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.managers[name]
+	if !ok {
+		return
+	}
+	if retry && m.resync == "" {
+		m.resync = m.sending
+	}
+	m.sending = ""
+}
+
 func (d *Dispatcher) attempt(l *Lease) {
+	ev, ok := d.event(l)
+	if !ok {
+		d.queue.Drop(l)
+		return
+	}
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.AttemptTimeout)
-	start := time.Now()
-	r := d.sender.Send(ctx, l.Key.Manager, l.Key.Event())
+	start := d.clock.Now()
+	r := d.sender.Send(ctx, l.Key.Manager, ev)
 	cancel()
-	d.metrics.attempts.WithLabelValues(string(r.Outcome)).Observe(time.Since(start).Seconds())
+	d.metrics.attemptDuration.WithLabelValues(string(r.Outcome)).Observe(d.clock.Since(start).Seconds())
+	d.metrics.attempts.WithLabelValues(ResultClass(r)).Inc()
+	if l.Key.Control == ControlHeartbeat && r.Outcome != Delivered {
+		d.metrics.heartbeatsFailed.Inc()
+	}
 	switch r.Outcome {
 	case Delivered:
-		d.metrics.delivered.Inc()
-		d.metrics.latency.Observe(time.Since(l.Since).Seconds())
-		d.dropped(DropQueueFull, d.queue.Delivered(l))
+		switch l.Key.Control {
+		case ControlResync:
+			d.metrics.resyncsSent.WithLabelValues(string(ev.Resync)).Inc()
+			d.resyncDone(l.Key.Manager, false)
+		case ControlHeartbeat:
+			d.metrics.heartbeatsSent.Inc()
+		default:
+			d.metrics.delivered.Inc()
+			d.metrics.latency.Observe(d.clock.Since(l.Since).Seconds())
+		}
+		d.overflowed(d.queue.Delivered(l))
 	case Rejected:
 		d.queue.Drop(l)
-		d.metrics.dropped.WithLabelValues(DropRejected).Inc()
-		d.log.Error(r.Err, "KCP rejected event, dropped", "manager", l.Key.Manager, "gvk", l.Key.GVK,
-			"namespace", l.Key.Namespace, "name", l.Key.Name, "status", r.Status)
+		if l.Key.Control == ControlResync {
+			d.resyncDone(l.Key.Manager, false)
+		}
+		reason := dropReason(r.Status)
+		d.metrics.dropped.WithLabelValues(reason).Inc()
+		d.log.Error(r.Err, "KCP refused the event body, dropped", "reason", reason, "manager", l.Key.Manager,
+			"gvk", l.Key.GVK, "namespace", l.Key.Namespace, "name", l.Key.Name, "resync", ev.Resync,
+			"heartbeat", ev.Heartbeat, "status", r.Status)
 	default:
 		delay := d.backoff(l.Attempt, r.RetryAfter)
-		requeued, dropped := d.queue.Retry(l, time.Now().Add(delay))
-		d.dropped(DropQueueFull, dropped)
+		if l.Key.Control == ControlResync {
+			d.resyncDone(l.Key.Manager, true)
+		}
+		requeued, dropped := d.queue.Retry(l, d.clock.Now().Add(delay))
+		d.overflowed(dropped)
 		if !requeued {
-			d.metrics.dropped.WithLabelValues(DropExpired).Inc()
-			d.log.Error(r.Err, "event not delivered within the maximum retry age, dropped",
+			d.dropped(DropExpired, []Key{l.Key})
+			d.log.Error(r.Err, "event not delivered within the maximum retry age, dropped; requesting an expired resync",
 				"manager", l.Key.Manager, "namespace", l.Key.Namespace, "name", l.Key.Name, "attempts", l.Attempt)
+			d.Resync(l.Key.Manager, contract.ResyncExpired)
 			return
 		}
 		d.metrics.retried.Inc()
 		if d.ctx.Err() == nil && (l.Attempt == 1 || d.log.V(1).Enabled()) {
 			d.log.Info("delivery failed, will retry", "manager", l.Key.Manager, "namespace", l.Key.Namespace,
-				"name", l.Key.Name, "attempt", l.Attempt, "in", delay.String(), "status", r.Status, "error", errString(r.Err))
+				"name", l.Key.Name, "resync", ev.Resync, "heartbeat", ev.Heartbeat, "attempt", l.Attempt,
+				"in", delay.String(), "status", r.Status, "error", errString(r.Err))
 		}
 	}
 }
+
+// dropReason names a refused body by its status.
+func dropReason(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return DropBadRequest
+	case http.StatusRequestEntityTooLarge:
+		return DropTooLarge
+	case http.StatusUnsupportedMediaType:
+		return DropUnsupportedMediaType
+	case http.StatusUnprocessableEntity:
+		return DropUnprocessable
+	default:
+		return DropInvalid
+	}
+}
+
+// ResultClass is the "result" label of one attempt: "2xx", "3xx", "5xx",
+// the status for the 4xx the delivery rules name (400, 403, 404, 408, 413,
+// 415, 422, 425, 429), "4xx" for other client errors, "transport" for no
+// answer and "invalid" for an event that could not be sent.
+func ResultClass(r Result) string {
+	switch s := r.Status; {
+	case s == 0 && r.Outcome == Rejected:
+		return "invalid"
+	case s == 0:
+		return "transport"
+	case s >= 200 && s < 300:
+		return "2xx"
+	case s >= 300 && s < 400:
+		return "3xx"
+	case s >= 500 && s < 600:
+		return "5xx"
+	}
+	switch r.Status {
+	case 400, 403, 404, 408, 413, 415, 422, 425, 429:
+		return strconv.Itoa(r.Status)
+	}
+	return "4xx"
+}
+
+var resultClasses = []string{"2xx", "3xx", "400", "403", "404", "408", "413", "415", "422", "425", "429", "4xx", "5xx",
+	"transport", "invalid"}
 
 // backoff is BaseDelay·2^(attempt-1), capped at MaxDelay, with "equal
 // jitter" (half fixed, half random); a Retry-After asks for at least its
@@ -229,7 +554,7 @@ func (d *Dispatcher) backoff(attempt int, retryAfter time.Duration) time.Duratio
 			delay = e
 		}
 	}
-	delay = delay/2 + rand.N(delay/2+1)
+	delay = delay/2 + d.cfg.Jitter(delay/2)
 	if retryAfter > delay {
 		delay = min(retryAfter, d.cfg.MaxDelay)
 	}

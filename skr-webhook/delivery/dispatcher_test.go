@@ -24,10 +24,30 @@ type scripted struct {
 	answer  func(n int, ev contract.WatchEvent) Result // n: attempts so far for this object, from 1
 	calls   map[string]int
 	total   atomic.Int64
-	release chan struct{} // when set, Send blocks until closed or ctx ends
+	release chan struct{} // when set, Send blocks until closed or ctx ends (object events)
+	// control answers resyncs and heartbeats (n: control events so far,
+	// from 1); 200 when nil.
+	control  func(n int, ev contract.WatchEvent) Result
+	controls []contract.WatchEvent
+}
+
+func (s *scripted) controlEvents() []contract.WatchEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]contract.WatchEvent(nil), s.controls...)
 }
 
 func (s *scripted) Send(ctx context.Context, manager string, ev contract.WatchEvent) Result {
+	if ev.IsControl() { // resyncs and heartbeats: recorded, answered by control or 200
+		s.mu.Lock()
+		s.controls = append(s.controls, ev)
+		n := len(s.controls)
+		s.mu.Unlock()
+		if s.control != nil {
+			return s.control(n, ev)
+		}
+		return Result{Outcome: Delivered, Status: http.StatusOK}
+	}
 	if s.release != nil {
 		select {
 		case <-s.release:
@@ -145,13 +165,13 @@ func TestDispatcherRetriesFailuresUntilDelivered(t *testing.T) {
 func TestDispatcherDropsRejectedEvents(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := &scripted{answer: func(int, contract.WatchEvent) Result {
-		return Result{Outcome: Rejected, Status: http.StatusForbidden, Err: errors.New("403")}
+		return Result{Outcome: Rejected, Status: http.StatusBadRequest, Err: errors.New("400")}
 	}}
 	d := New(fastConfig(reg), s, logr.Discard())
 	d.Start()
 	d.Enqueue("m", watch("a"))
 	eventually(t, "drop", func() bool {
-		return metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropRejected) == 1
+		return metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropBadRequest) == 1
 	})
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -194,18 +214,22 @@ func TestDispatcherEnqueueNeverBlocks(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		d.Enqueue("m", watch(fmt.Sprint(i)))
 	}
-	eventually(t, "workers busy", func() bool { return d.Depth() == 100 })
-	dropped := metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropQueueFull)
+	// 100 objects and the overflow resync wait for a worker.
+	eventually(t, "workers busy", func() bool { return d.Depth() == 101 })
+	dropped := metric(t, reg, "runtime_watcher_skr_webhook_events_dropped_total", "reason", DropOverflow)
 	if dropped != 10000-100-4 {
 		t.Fatalf("dropped %v, want %d", dropped, 10000-100-4)
 	}
-	if got := metric(t, reg, "runtime_watcher_skr_webhook_queue_depth"); got != 100 {
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_queue_depth"); got != 101 {
 		t.Fatalf("queue depth gauge %v", got)
 	}
 	close(s.release)
 	eventually(t, "drain", func() bool { return metric(t, reg, "runtime_watcher_skr_webhook_events_delivered_total") == 104 })
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if c := s.controlEvents(); len(c) == 0 || c[len(c)-1].Resync != contract.ResyncOverflow {
+		t.Fatalf("control events %+v: want an overflow resync last", c)
 	}
 	// The newest 100 objects survived; the others were in flight or dropped.
 	for i := 9900; i < 10000; i++ {
@@ -245,8 +269,8 @@ func TestDispatcherCoalescesAndRedeliversChangesInFlight(t *testing.T) {
 	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_coalesced_total"); got != 500 {
 		t.Fatalf("coalesced %v, want 500", got)
 	}
-	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_emitted_total"); got != 501 {
-		t.Fatalf("emitted %v, want 501", got)
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_events_accepted_total"); got != 501 {
+		t.Fatalf("accepted %v, want 501", got)
 	}
 }
 

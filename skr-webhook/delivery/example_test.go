@@ -2,6 +2,7 @@ package delivery_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 type printer chan string
 
 func (p printer) Send(_ context.Context, manager string, ev contract.WatchEvent) delivery.Result {
-	p <- fmt.Sprintf("POST %s %s/%s", contract.EventPath(manager), ev.Watched.Namespace, ev.Watched.Name)
+	body, _ := json.Marshal(ev)
+	p <- fmt.Sprintf("POST %s %s", contract.EventPath(manager), body)
 	return delivery.Result{Outcome: delivery.Delivered, Status: 200}
 }
 
@@ -27,7 +29,9 @@ func ExampleNew() {
 		Watched:    contract.ObjectKey{Namespace: "kcp-system", Name: "kyma-sample"},
 		WatchedGvk: contract.GroupVersionKind{Group: "operator.kyma-project.io", Version: "v1beta2", Kind: "Kyma"},
 	}
-	// Three changes before the workers run collapse into one delivery.
+	// The manager is new: it gets a startup resync first (handed out before
+	// any change). Three changes before the workers run collapse into one
+	// delivery.
 	d.Enqueue("lifecycle-manager", ev)
 	d.Enqueue("lifecycle-manager", ev)
 	d.Enqueue("lifecycle-manager", ev)
@@ -41,5 +45,6 @@ func ExampleNew() {
 		fmt.Println(s)
 	}
 	// Output:
-	// POST /v2/lifecycle-manager/event kcp-system/kyma-sample
+	// POST /v2/lifecycle-manager/event {"watched":{},"watchedGvk":{},"resync":"startup"}
+	// POST /v2/lifecycle-manager/event {"watched":{"namespace":"kcp-system","name":"kyma-sample"},"watchedGvk":{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"}}
 }

@@ -7,26 +7,54 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
 
 // Key identifies one watched object of one manager: the unit of coalescing.
 // A WatchEvent carries nothing but this key, so all changes of one key are
-// delivered by one POST sent after the last of them.
+// delivered by one POST sent after the last of them. A key with a Control
+// kind stands for a manager's resync or heartbeat (no object): at most one of
+// each is pending per manager.
 type Key struct {
 	Manager   string
 	GVK       contract.GroupVersionKind
 	Namespace string
 	Name      string
+	Control   Control
 }
+
+// Control tells an object key from a manager's resync or heartbeat key.
+type Control uint8
+
+// Control kinds.
+const (
+	// ControlNone: the key names an object.
+	ControlNone Control = iota
+	// ControlResync: the manager's pending resync.
+	ControlResync
+	// ControlHeartbeat: the manager's pending heartbeat.
+	ControlHeartbeat
+)
+
+// ResyncKey is the key of a manager's resync.
+func ResyncKey(manager string) Key { return Key{Manager: manager, Control: ControlResync} }
+
+// HeartbeatKey is the key of a manager's heartbeat.
+func HeartbeatKey(manager string) Key { return Key{Manager: manager, Control: ControlHeartbeat} }
 
 // KeyOf returns the key of a manager's event.
 func KeyOf(manager string, ev contract.WatchEvent) Key {
 	return Key{Manager: manager, GVK: ev.WatchedGvk, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name}
 }
 
-// Event returns the WatchEvent of the key.
+// Event returns the WatchEvent of an object key (or the heartbeat of a
+// heartbeat key; a resync key's reason is kept by the Dispatcher).
 func (k Key) Event() contract.WatchEvent {
+	if k.Control == ControlHeartbeat {
+		return contract.WatchEvent{Heartbeat: true}
+	}
 	return contract.WatchEvent{
 		Watched:    contract.ObjectKey{Namespace: k.Namespace, Name: k.Name},
 		WatchedGvk: k.GVK,
@@ -83,32 +111,40 @@ type Lease struct {
 type QueueConfig struct {
 	// Capacity bounds pending entries; when a new object arrives at a full
 	// queue the oldest pending entry is dropped. At least 1.
+	// Control keys (resyncs, heartbeats) do not count against it and are
+	// never dropped for room: there are at most two per manager.
 	Capacity int
 	// Interval is the least time between the starts of two deliveries of one
 	// object; changes in between coalesce into one delivery at its end.
 	// Zero disables it.
 	Interval time.Duration
 	// MaxRetryAge: a failed delivery whose newest change is older than this
-	// is dropped instead of retried. Zero: no limit.
+	// is dropped instead of retried. Zero: no limit. Control keys never
+	// expire.
 	MaxRetryAge time.Duration
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock is the clock (times and timers); the real one when nil.
+	Clock clock.WithTicker
 }
 
 // Queue is a bounded, coalescing, delaying work queue keyed by Key. Add
 // never blocks. Every key is in at most one of: pending (waiting for its due
 // time), in flight (held by one worker; a change meanwhile marks it dirty so
 // it is delivered again afterwards) or cooling (recently delivered). Memory is
-// bounded by twice the capacity plus the number of workers.
+// bounded by twice the capacity plus the number of workers plus two control
+// keys per manager. Pending control keys are handed out before any object
+// key, so a resync or heartbeat never waits behind a backlog.
 type Queue struct {
 	cfg QueueConfig
 
 	mu      sync.Mutex
 	items   map[Key]*item
-	heap    itemHeap  // pending and cooling items by due time
-	pending list.List // pending items, oldest first
-	cooling list.List // cooling items, oldest first
-	dirty   int       // in-flight items changed meanwhile
+	heap    itemHeap      // pending and cooling object items by due time
+	ctrl    itemHeap      // pending control items by due time
+	flight  int           // items in flight
+	idle    chan struct{} // closed (and cleared) when nothing is owed or in flight
+	pending list.List     // pending items, oldest first
+	cooling list.List     // cooling items, oldest first
+	dirty   int           // in-flight items changed meanwhile
 	seq     uint64
 	closed  bool
 	wake    chan struct{} // one token: "the heap changed"
@@ -120,8 +156,8 @@ func NewQueue(cfg QueueConfig) *Queue {
 	if cfg.Capacity < 1 {
 		cfg.Capacity = 1
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	return &Queue{cfg: cfg, items: map[Key]*item{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
@@ -140,7 +176,10 @@ func (q *Queue) Add(key Key) AddResult {
 	if q.closed {
 		return AddResult{Closed: true}
 	}
-	now := q.cfg.Now()
+	now := q.cfg.Clock.Now()
+	if key.Control != ControlNone {
+		return q.addControl(key, now)
+	}
 	if it, ok := q.items[key]; ok {
 		switch it.state {
 		case statePending:
@@ -171,6 +210,25 @@ func (q *Queue) Add(key Key) AddResult {
 	return AddResult{Dropped: dropped}
 }
 
+// addControl records a resync or heartbeat request: due at once, never
+// dropped for room, coalesced with one already pending or in flight.
+func (q *Queue) addControl(key Key, now time.Time) AddResult {
+	if it, ok := q.items[key]; ok {
+		if it.state == stateInflight && !it.dirty {
+			it.dirty, it.dirtyAt = true, now
+			q.dirty++
+		}
+		it.changed = now
+		return AddResult{Coalesced: true}
+	}
+	q.seq++
+	it := &item{key: key, state: statePending, since: now, changed: now, due: now, seq: q.seq, index: -1}
+	q.items[key] = it
+	heap.Push(&q.ctrl, it)
+	q.signal()
+	return AddResult{}
+}
+
 // makeRoom drops the oldest pending entries until one more fits.
 func (q *Queue) makeRoom() []Key {
 	var dropped []Key
@@ -184,6 +242,13 @@ func (q *Queue) makeRoom() []Key {
 
 // remove deletes a pending or cooling item everywhere.
 func (q *Queue) remove(it *item) {
+	if it.key.Control != ControlNone {
+		if it.index >= 0 {
+			heap.Remove(&q.ctrl, it.index)
+		}
+		delete(q.items, it.key)
+		return
+	}
 	switch it.state {
 	case statePending:
 		q.pending.Remove(it.elem)
@@ -196,11 +261,25 @@ func (q *Queue) remove(it *item) {
 	delete(q.items, it.key)
 }
 
+// forget deletes an item that has ended (its lease is over).
+func (q *Queue) forget(it *item) {
+	delete(q.items, it.key)
+	q.checkIdle()
+}
+
+// checkIdle wakes WaitIdle when nothing is owed or in flight.
+func (q *Queue) checkIdle() {
+	if q.idle != nil && q.flight == 0 && q.pending.Len() == 0 && len(q.ctrl) == 0 {
+		close(q.idle)
+		q.idle = nil
+	}
+}
+
 // Get waits for a pending item whose due time has come and hands it out. It
 // returns false when ctx ends, or when the queue is closed and nothing is
 // pending any more.
 func (q *Queue) Get(ctx context.Context) (*Lease, bool) {
-	var timer *time.Timer
+	var timer clock.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -221,11 +300,11 @@ func (q *Queue) Get(ctx context.Context) (*Lease, bool) {
 		var fire <-chan time.Time
 		if wait >= 0 {
 			if timer == nil {
-				timer = time.NewTimer(wait)
+				timer = q.cfg.Clock.NewTimer(wait)
 			} else {
 				timer.Reset(wait)
 			}
-			fire = timer.C
+			fire = timer.C()
 		}
 		var done <-chan struct{}
 		if !q.isClosed() {
@@ -246,7 +325,11 @@ func (q *Queue) Get(ctx context.Context) (*Lease, bool) {
 func (q *Queue) tryGet() (l *Lease, wait time.Duration, finished bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.cfg.Now()
+	now := q.cfg.Clock.Now()
+	if len(q.ctrl) > 0 && !q.ctrl[0].due.After(now) {
+		it := heap.Pop(&q.ctrl).(*item)
+		return q.lease(it, now), 0, false
+	}
 	for len(q.heap) > 0 && !q.heap[0].due.After(now) {
 		it := heap.Pop(&q.heap).(*item)
 		if it.state == stateCooling {
@@ -256,20 +339,32 @@ func (q *Queue) tryGet() (l *Lease, wait time.Duration, finished bool) {
 		}
 		q.pending.Remove(it.elem)
 		it.elem = nil
-		it.state = stateInflight
-		it.attempts++
-		if len(q.heap) > 0 && !q.heap[0].due.After(now) {
-			q.signal() // more is due: wake another worker
-		}
-		return &Lease{Key: it.key, Attempt: it.attempts, Since: it.since, Start: now, it: it}, 0, false
+		return q.lease(it, now), 0, false
 	}
-	if q.closed && q.pending.Len() == 0 {
+	if q.closed && q.pending.Len() == 0 && len(q.ctrl) == 0 {
 		return nil, 0, true
 	}
-	if len(q.heap) == 0 {
+	var next *item
+	for _, h := range []itemHeap{q.heap, q.ctrl} {
+		if len(h) > 0 && (next == nil || h[0].due.Before(next.due)) {
+			next = h[0]
+		}
+	}
+	if next == nil {
 		return nil, -1, false
 	}
-	return nil, q.heap[0].due.Sub(now), false
+	return nil, next.due.Sub(now), false
+}
+
+// lease hands out an item taken from its heap.
+func (q *Queue) lease(it *item, now time.Time) *Lease {
+	it.state = stateInflight
+	it.attempts++
+	q.flight++
+	if (len(q.heap) > 0 && !q.heap[0].due.After(now)) || (len(q.ctrl) > 0 && !q.ctrl[0].due.After(now)) {
+		q.signal() // more is due: wake another worker
+	}
+	return &Lease{Key: it.key, Attempt: it.attempts, Since: it.since, Start: now, it: it}
 }
 
 func (q *Queue) isClosed() bool {
@@ -288,16 +383,20 @@ func (q *Queue) Delivered(l *Lease) (dropped []Key) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	it := l.it
-	now := q.cfg.Now()
+	q.flight--
+	now := q.cfg.Clock.Now()
 	next := l.Start.Add(q.cfg.Interval)
 	it.attempts = 0
+	if it.key.Control != ControlNone {
+		next = now // control keys do not cool
+	}
 	if it.dirty {
 		q.clearDirty(it)
 		it.since = it.dirtyAt
 		return q.requeue(it, maxTime(now, next))
 	}
 	if q.cfg.Interval <= 0 || !next.After(now) || q.closed {
-		delete(q.items, it.key)
+		q.forget(it)
 		return nil
 	}
 	if q.cooling.Len() >= q.cfg.Capacity { // forget the oldest interval
@@ -308,6 +407,7 @@ func (q *Queue) Delivered(l *Lease) (dropped []Key) {
 	it.seq = q.seq
 	it.elem = q.cooling.PushBack(it)
 	heap.Push(&q.heap, it)
+	q.checkIdle()
 	return nil
 }
 
@@ -318,9 +418,10 @@ func (q *Queue) Retry(l *Lease, at time.Time) (requeued bool, dropped []Key) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	it := l.it
+	q.flight--
 	q.clearDirty(it)
-	if q.cfg.MaxRetryAge > 0 && q.cfg.Now().Sub(it.changed) > q.cfg.MaxRetryAge {
-		delete(q.items, it.key)
+	if it.key.Control == ControlNone && q.cfg.MaxRetryAge > 0 && q.cfg.Clock.Now().Sub(it.changed) > q.cfg.MaxRetryAge {
+		q.forget(it)
 		return false, nil
 	}
 	return true, q.requeue(it, at)
@@ -330,8 +431,9 @@ func (q *Queue) Retry(l *Lease, at time.Time) (requeued bool, dropped []Key) {
 func (q *Queue) Drop(l *Lease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.flight--
 	q.clearDirty(l.it)
-	delete(q.items, l.it.key)
+	q.forget(l.it)
 }
 
 func (q *Queue) clearDirty(it *item) {
@@ -342,6 +444,14 @@ func (q *Queue) clearDirty(it *item) {
 }
 
 func (q *Queue) requeue(it *item, due time.Time) []Key {
+	if it.key.Control != ControlNone {
+		it.state, it.due = statePending, due
+		q.seq++
+		it.seq = q.seq
+		heap.Push(&q.ctrl, it)
+		q.signal()
+		return nil
+	}
 	dropped := q.makeRoom()
 	it.state, it.due = statePending, due
 	q.seq++
@@ -372,15 +482,95 @@ func (q *Queue) DropPending() []Key {
 		q.remove(it)
 		keys = append(keys, it.key)
 	}
+	for len(q.ctrl) > 0 {
+		it := q.ctrl[0]
+		q.remove(it)
+		keys = append(keys, it.key)
+	}
+	q.checkIdle()
 	return keys
 }
 
-// Depth is the number of deliveries still owed: pending entries plus
-// in-flight ones changed meanwhile.
+// Forget removes a pending key (a manager that is gone); it reports whether
+// the key was pending. A key in flight ends with its lease.
+func (q *Queue) Forget(key Key) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it, ok := q.items[key]
+	if !ok || it.state != statePending {
+		return false
+	}
+	q.remove(it)
+	q.checkIdle()
+	return true
+}
+
+// Expedite makes every pending entry due now (retries waiting for their
+// backoff included): used when draining before shutdown.
+func (q *Queue) Expedite() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.cfg.Clock.Now()
+	for _, h := range []*itemHeap{&q.heap, &q.ctrl} {
+		for _, it := range *h {
+			if it.state == statePending && it.due.After(now) {
+				it.due = now
+			}
+		}
+		heap.Init(h)
+	}
+	q.signal()
+}
+
+// WaitIdle waits until nothing is pending or in flight, or ctx ends.
+func (q *Queue) WaitIdle(ctx context.Context) error {
+	q.mu.Lock()
+	if q.flight == 0 && q.pending.Len() == 0 && len(q.ctrl) == 0 {
+		q.mu.Unlock()
+		return nil
+	}
+	if q.idle == nil {
+		q.idle = make(chan struct{})
+	}
+	idle := q.idle
+	q.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Depth is the number of deliveries still owed: pending entries (control
+// keys included) plus in-flight ones changed meanwhile.
 func (q *Queue) Depth() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.pending.Len() + q.dirty
+	return q.pending.Len() + len(q.ctrl) + q.dirty
+}
+
+// OldestPending is the oldest undelivered change among the deliveries
+// owed, in flight included (zero when none is owed).
+func (q *Queue) OldestPending() time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var oldest time.Time
+	for _, it := range q.items {
+		var t time.Time
+		switch {
+		case it.state == statePending:
+			t = it.since
+		case it.state == stateInflight:
+			t = it.since
+		default:
+			continue
+		}
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	return oldest
 }
 
 // Len is the number of entries held, in any state (for memory accounting).

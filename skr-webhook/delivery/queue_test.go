@@ -3,31 +3,17 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
 
-// clock is a settable clock for queue tests.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock is a fake clock for queue tests.
+func newClock() *testingclock.FakeClock {
+	return testingclock.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 func key(name string) Key {
@@ -59,7 +45,7 @@ func mustBeEmpty(t *testing.T, q *Queue) time.Duration {
 
 func TestQueueCoalescesABurst(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 10, Clock: c})
 	for i := 0; i < 1000; i++ {
 		r := q.Add(key("a"))
 		if (i > 0) != r.Coalesced || len(r.Dropped) != 0 {
@@ -78,12 +64,12 @@ func TestQueueCoalescesABurst(t *testing.T) {
 
 func TestQueueDropsOldestWhenFull(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 3, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 3, Clock: c})
 	for _, n := range []string{"a", "b", "c"} {
 		if r := q.Add(key(n)); len(r.Dropped) != 0 {
 			t.Fatalf("dropped %v", r.Dropped)
 		}
-		c.Add(time.Millisecond)
+		c.Step(time.Millisecond)
 	}
 	q.Add(key("b")) // coalescing does not make b younger than a
 	r := q.Add(key("d"))
@@ -102,10 +88,10 @@ func TestQueueDropsOldestWhenFull(t *testing.T) {
 
 func TestQueueChangeWhileInFlightIsDeliveredAgainAfterTheInterval(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, Interval: time.Second, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 10, Interval: time.Second, Clock: c})
 	q.Add(key("a"))
 	l := mustGet(t, q)
-	c.Add(10 * time.Millisecond)
+	c.Step(10 * time.Millisecond)
 	if r := q.Add(key("a")); !r.Coalesced {
 		t.Fatalf("change in flight not coalesced: %+v", r)
 	}
@@ -117,7 +103,7 @@ func TestQueueChangeWhileInFlightIsDeliveredAgainAfterTheInterval(t *testing.T) 
 	if wait != 990*time.Millisecond {
 		t.Fatalf("next delivery in %v, want 990ms (interval from the last start)", wait)
 	}
-	c.Add(wait)
+	c.Step(wait)
 	l2 := mustGet(t, q)
 	if l2.Key != key("a") || l2.Attempt != 1 {
 		t.Fatalf("lease %+v", l2)
@@ -129,21 +115,21 @@ func TestQueueChangeWhileInFlightIsDeliveredAgainAfterTheInterval(t *testing.T) 
 
 func TestQueueCoolingDelaysTheNextChangeOnly(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, Interval: time.Second, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 10, Interval: time.Second, Clock: c})
 	q.Add(key("a"))
 	q.Delivered(mustGet(t, q))
-	c.Add(300 * time.Millisecond)
+	c.Step(300 * time.Millisecond)
 	for i := 0; i < 50; i++ { // a burst during the interval
 		q.Add(key("a"))
 	}
 	if wait := mustBeEmpty(t, q); wait != 700*time.Millisecond {
 		t.Fatalf("wait %v, want 700ms", wait)
 	}
-	c.Add(700 * time.Millisecond)
+	c.Step(700 * time.Millisecond)
 	q.Delivered(mustGet(t, q))
 	// No further change: the cooling entry expires and a later change goes
 	// out at once.
-	c.Add(2 * time.Second)
+	c.Step(2 * time.Second)
 	mustBeEmpty(t, q)
 	if q.Len() != 0 {
 		t.Fatalf("%d entries left after cooling", q.Len())
@@ -154,7 +140,7 @@ func TestQueueCoolingDelaysTheNextChangeOnly(t *testing.T) {
 
 func TestQueueWithoutIntervalForgetsDeliveredItems(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 10, Clock: c})
 	q.Add(key("a"))
 	q.Delivered(mustGet(t, q))
 	if q.Len() != 0 {
@@ -166,7 +152,7 @@ func TestQueueWithoutIntervalForgetsDeliveredItems(t *testing.T) {
 
 func TestQueueRetry(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, MaxRetryAge: time.Minute, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 10, MaxRetryAge: time.Minute, Clock: c})
 	q.Add(key("a"))
 	l := mustGet(t, q)
 	ok, dropped := q.Retry(l, c.Now().Add(time.Second))
@@ -176,13 +162,13 @@ func TestQueueRetry(t *testing.T) {
 	if wait := mustBeEmpty(t, q); wait != time.Second {
 		t.Fatalf("wait %v", wait)
 	}
-	c.Add(time.Second)
+	c.Step(time.Second)
 	l = mustGet(t, q)
 	if l.Attempt != 2 {
 		t.Fatalf("attempt %d, want 2", l.Attempt)
 	}
 	// Past the maximum age with no newer change: dropped.
-	c.Add(time.Minute)
+	c.Step(time.Minute)
 	if ok, _ := q.Retry(l, c.Now()); ok {
 		t.Fatal("expired item requeued")
 	}
@@ -193,12 +179,12 @@ func TestQueueRetry(t *testing.T) {
 
 func TestQueueChangeDuringRetryKeepsTheItemAlive(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, MaxRetryAge: time.Minute, Now: c.Now})
+	q := NewQueue(QueueConfig{Capacity: 10, MaxRetryAge: time.Minute, Clock: c})
 	q.Add(key("a"))
 	l := mustGet(t, q)
-	c.Add(59 * time.Second)
+	c.Step(59 * time.Second)
 	q.Add(key("a")) // newer state arrives while the attempt fails
-	c.Add(2 * time.Second)
+	c.Step(2 * time.Second)
 	if ok, _ := q.Retry(l, c.Now()); !ok {
 		t.Fatal("item with a recent change expired")
 	}

@@ -21,9 +21,12 @@ type Outcome string
 const (
 	// Delivered: the KCP answered 2xx.
 	Delivered Outcome = "delivered"
-	// Retriable: connection error, timeout, 429 or 5xx.
+	// Retriable: connection error, timeout, or any status but 2xx and the
+	// four below (403 from a cache not yet caught up, 404 from a route not
+	// yet programmed, 408, 425, 429, 5xx, ...).
 	Retriable Outcome = "retry"
-	// Rejected: any other answer (4xx, 3xx); retrying would not help.
+	// Rejected: 400, 413, 415 or 422 — the body itself is wrong, retrying it
+	// cannot help — or an event that cannot be sent at all.
 	Rejected Outcome = "rejected"
 )
 
@@ -31,7 +34,7 @@ const (
 type Result struct {
 	Outcome    Outcome
 	Status     int           // HTTP status; 0 when none was received
-	RetryAfter time.Duration // from a Retry-After header in seconds, if any
+	RetryAfter time.Duration // from a Retry-After header (seconds or HTTP date), if any
 	Err        error         // transport error or a description of the answer
 }
 
@@ -101,14 +104,47 @@ func (s *HTTPSender) Send(ctx context.Context, manager string, ev contract.Watch
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		r.Outcome = Delivered
 		return r
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		r.Outcome = Retriable
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			r.RetryAfter = time.Duration(s) * time.Second
-		}
-	default:
+	case BadBody(resp.StatusCode):
 		r.Outcome = Rejected
+	default:
+		r.Outcome = Retriable
+		r.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
 	r.Err = fmt.Errorf("kcp answered %d: %q", resp.StatusCode, answer)
 	return r
+}
+
+// BadBody reports whether a KCP answer says the body itself is wrong (400,
+// 413, 415, 422): such an event is dropped and counted, not retried.
+func BadBody(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
+		http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
+
+// maxRetryAfter bounds what a Retry-After header is read as; the
+// dispatcher caps it further at its largest retry delay.
+const maxRetryAfter = time.Hour
+
+// retryAfter reads a Retry-After value: delay-seconds or an HTTP date
+// (RFC 9110 §10.2.3); 0 when absent, unreadable or in the past.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return min(time.Duration(min(s, int64(maxRetryAfter/time.Second)))*time.Second, maxRetryAfter)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return min(d, maxRetryAfter)
+		}
+	}
+	return 0
 }

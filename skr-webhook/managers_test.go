@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/onsi/gomega"
+)
+
+type recordingSink struct {
+	mu   sync.Mutex
+	sets [][]string
+	seen []string
+}
+
+func (r *recordingSink) SetManagers(names []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sets = append(r.sets, names)
+}
+
+func (r *recordingSink) SeeManager(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, name)
+}
+
+func (r *recordingSink) last() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sets) == 0 {
+		return nil
+	}
+	return r.sets[len(r.sets)-1]
+}
+
+func TestReadManagers(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) string {
+		p := filepath.Join(dir, "managers")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	names, err := readManagers(write("# rendered by vs-controller\nlifecycle-manager\n\n  module-sync  \n"))
+	if err != nil || strings.Join(names, ",") != "lifecycle-manager,module-sync" {
+		t.Fatalf("%v %v", names, err)
+	}
+	names, err = readManagers(write("good\nBad_Name\n"))
+	if err == nil || !strings.Contains(err.Error(), `"Bad_Name" is not a valid manager name`) || strings.Join(names, ",") != "good" {
+		t.Fatalf("%v %v", names, err)
+	}
+	if _, err := readManagers(write(strings.Repeat("a\n", maxManagersFileBytes))); err == nil {
+		t.Fatal("oversized file accepted")
+	}
+	if names, err := readManagers(write("")); err != nil || len(names) != 0 {
+		t.Fatalf("empty file: %v %v", names, err)
+	}
+}
+
+// The managers file is re-read while running: a change reaches the sink
+// without a restart; an unreadable file keeps the last list.
+func TestWatchManagers(t *testing.T) {
+	g := gomega.NewWithT(t)
+	p := filepath.Join(t.TempDir(), "managers")
+	if err := os.WriteFile(p, []byte("a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordingSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		watchManagers(ctx, p, 10*time.Millisecond, sink, logr.Discard())
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	g.Eventually(sink.last).Should(gomega.Equal([]string{"a"}))
+	// A ConfigMap volume swaps the file: write a new one and rename it in.
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, []byte("a\nb\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(sink.last).Should(gomega.Equal([]string{"a", "b"}))
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	g.Consistently(sink.last).WithTimeout(100 * time.Millisecond).Should(gomega.Equal([]string{"a", "b"}))
+	sink.mu.Lock()
+	n := len(sink.sets)
+	sink.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d updates, want 2 (unchanged content is not handed on)", n)
+	}
+}
+
+func TestSeeManagersOnlyForValidPosts(t *testing.T) {
+	sink := &recordingSink{}
+	h := seeManagers(sink, http404{})
+	for _, tc := range []struct{ method, path string }{
+		{"POST", "/validate/lifecycle-manager"}, {"GET", "/validate/other"}, {"POST", "/validate/Bad_Name"}, {"POST", "/x"},
+	} {
+		h.ServeHTTP(nopWriter{}, mustRequest(t, tc.method, tc.path))
+	}
+	if !slices.Equal(sink.seen, []string{"lifecycle-manager"}) {
+		t.Fatalf("seen %v", sink.seen)
+	}
+}
+
+type http404 struct{}
+
+func (http404) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) }
+
+type nopWriter struct{}
+
+func (nopWriter) Header() http.Header         { return http.Header{} }
+func (nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (nopWriter) WriteHeader(int)             {}
+
+func mustRequest(t *testing.T, method, path string) *http.Request {
+	t.Helper()
+	r, err := http.NewRequest(method, "https://webhook"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
