@@ -56,6 +56,14 @@ bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 m
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m $$(go list ./... | grep -v '/listener$$')
 	go test -run '^$$' -bench . -benchtime 3s ./listener/
 
+BENCH_COMPARE_N ?= 3
+
+.PHONY: bench-compare
+bench-compare: envtest-assets ## ext-authz vs always-allow vs OPA, listener vs net/http, webhook latency: one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions.
+	@# Its own module (test/tools/benchcompare: OPA stays out of the product's go.mod).
+	cd test/tools/benchcompare && go build -o $(BIN)/benchcompare .
+	$(BIN)/benchcompare -n $(BENCH_COMPARE_N) -out $(BIN)/bench-compare.md
+
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
@@ -76,14 +84,16 @@ lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml (includes gofmt, goim
 # them, and fails with the diff when anything changed: something generated
 # was not regenerated and committed. Works on a tree with uncommitted changes
 # too (only what generation changes counts).
-GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum test/tools/monitoring/go.mod test/tools/monitoring/go.sum
+GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum \
+	test/tools/monitoring/go.mod test/tools/monitoring/go.sum \
+	test/tools/benchcompare/go.mod test/tools/benchcompare/go.sum
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail (with the diff) when `make generate manifests` or `go mod tidy` would change a file.
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
 	  tar -cf - $(GENERATED) | tar -xf - -C "$$snap"; \
 	  $(MAKE) --no-print-directory generate manifests; \
-	  go mod tidy; (cd test/tools/k8s && go mod tidy); (cd test/tools/monitoring && go mod tidy); \
+	  go mod tidy; for m in k8s monitoring benchcompare; do (cd test/tools/$$m && go mod tidy); done; \
 	  changed=0; for f in $(GENERATED); do \
 	    if ! diff -ruN "$$snap/$$f" "$$f" > "$$snap/.diff"; then changed=1; sed "s#$$snap/##" "$$snap/.diff"; fi; \
 	  done; rm -f "$$snap/.diff"; \

@@ -3,9 +3,14 @@
 //
 // It serves envoy.service.auth.v3.Authorization and grpc.health.v1.Health on
 // --grpc-addr, /healthz and /readyz on --health-probe-bind-address and
-// /metrics on --metrics-bind-address. Kyma CRs of --kyma-namespace are read from a metadata-only
-// informer cache; until it has synced, readiness, the gRPC health status and
-// every Check answer "unavailable" (Check: HTTP 503, never allow).
+// /metrics on --metrics-bind-address. Kyma CRs of --kyma-namespace are listed
+// and watched as metadata into a small in-memory store (identity/kymastore);
+// until the first list arrived, readiness, the gRPC health status and every
+// Check answer "unavailable" (Check: HTTP 503, never allow).
+//
+// It imports identity/pinning and identity/kymastore, not identity or
+// controller-runtime's client and cache, so that client-go's typed clients
+// are neither linked nor initialized (TestLeanDependencies).
 //
 // It exits at once with a message on bad flags or when the API server cannot
 // be reached within --api-timeout, and stops gracefully on SIGTERM (in-flight
@@ -33,16 +38,16 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"k8s.io/client-go/discovery"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
-	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
+	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
@@ -87,10 +92,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		return err
 	}
 
-	kymas, err := identity.NewKymaCache(ctx, cfg, o.kymaNamespace)
+	kymaResource, err := discover(cfg, o.apiTimeout)
 	if err != nil {
 		return err
 	}
+	kymas := kymastore.New()
 
 	// Listen on everything first, so a taken port fails at once.
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
@@ -108,13 +114,16 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerClientMetrics(reg); err != nil {
+		return err
+	}
 	metrics, err := server.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
 
 	var ready atomic.Bool
-	verifier := &identity.Verifier{Lookup: identity.NewKymaLookup(kymas, o.kymaNamespace), Roots: o.roots}
+	verifier := &pinning.Verifier{Lookup: kymas, Roots: o.roots}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
 	grpcServer := grpc.NewServer(
@@ -139,20 +148,22 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	metricsMux := http.NewServeMux()
-	metricsMux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, crmetrics.Registry}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	metricsMux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	healthHTTP := &http.Server{Handler: healthMux, ReadHeaderTimeout: 5 * time.Second}
 	metricsHTTP := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 4)
-	go func() { errc <- wrap("informer cache", kymas.Start(ctx)) }()
+	go func() { errc <- wrap("Kyma reflector", kymas.Run(ctx, cfg, kymaResource, o.kymaNamespace)) }()
 	go func() { errc <- wrap("gRPC server", grpcServer.Serve(grpcLis)) }()
 	go func() { errc <- wrap("health server", healthHTTP.Serve(healthLis)) }()
 	go func() { errc <- wrap("metrics server", metricsHTTP.Serve(metricsLis)) }()
 	go func() {
-		if !kymas.WaitForCacheSync(ctx) {
+		select {
+		case <-ctx.Done():
 			return
+		case <-kymas.Synced():
 		}
 		ready.Store(true)
 		for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
@@ -214,14 +225,18 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 // checkAPIServer fails when the API server does not answer /version in time.
 func checkAPIServer(cfg *rest.Config, timeout time.Duration) error {
-	c := rest.CopyConfig(cfg)
-	c.Timeout = timeout
-	dc, err := discovery.NewDiscoveryClientForConfig(c)
-	if err != nil {
-		return fmt.Errorf("API server client: %w", err)
-	}
-	if _, err := dc.ServerVersion(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := kymastore.ServerVersion(ctx, cfg); err != nil {
 		return fmt.Errorf("API server %s not reachable within %s: %w", cfg.Host, timeout, err)
 	}
 	return nil
+}
+
+// discover asks the API server how Kyma CRs are served (an error when the
+// Kyma CRD is missing).
+func discover(cfg *rest.Config, timeout time.Duration) (schema.GroupVersionResource, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return kymastore.KymaResource(ctx, cfg)
 }

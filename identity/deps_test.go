@@ -19,10 +19,12 @@ func TestDependencies(t *testing.T) {
 	}
 	forbidden := []string{"istio.io/", "github.com/envoyproxy/", "github.com/cert-manager/", "google.golang.org/grpc"}
 	ownAllowed := map[string]bool{
-		module + "/identity":      true,
-		module + "/identity/xfcc": true,
-		module + "/api/contract":  true,
-		module + "/api/v1beta2":   true,
+		module + "/identity":           true,
+		module + "/identity/xfcc":      true,
+		module + "/identity/pinning":   true,
+		module + "/identity/kymastore": true,
+		module + "/api/contract":       true,
+		module + "/api/v1beta2":        true,
 	}
 	deps := strings.Fields(string(out))
 	if !slices.Contains(deps, module+"/identity/xfcc") || !slices.Contains(deps, "sigs.k8s.io/controller-runtime/pkg/cache") {

@@ -4,10 +4,18 @@
 // that runtime. ext-authz's gRPC server, the listener's in-process mode and
 // vs-controller use it; the XFCC header grammar is in the sub-package xfcc.
 //
+// SAN pinning itself (Verifier, Runtime, RuntimeLookup, Identity, Denial) is
+// in the sub-package pinning, which needs no client-go or controller-runtime;
+// this package re-exports it under the same names. The sub-package kymastore
+// is a RuntimeLookup with NewKymaLookup's precedence over a small in-memory
+// store fed by a client-go reflector: ext-authz uses pinning and kymastore
+// and so links neither controller-runtime's client nor client-go's typed
+// clients.
+//
 // It depends only on the standard library, k8s.io/apimachinery, client-go,
-// controller-runtime, identity/xfcc, api/contract and api/v1beta2 (nothing of
-// Istio, Envoy, gRPC or cert-manager), so that operators importing the
-// listener stay light.
+// controller-runtime, identity/xfcc, identity/pinning, identity/kymastore,
+// api/contract and api/v1beta2 (nothing of Istio, Envoy, gRPC or
+// cert-manager), so that operators importing the listener stay light.
 //
 // # Runtime ID and Kyma lookup
 //

@@ -33,12 +33,12 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 )
 
-// Verifier does SAN pinning; *identity.Verifier implements it.
+// Verifier does SAN pinning; *pinning.Verifier (identity.Verifier) implements it.
 type Verifier interface {
-	Verify(ctx context.Context, xfccHeader string, sourceCertPEM string) (identity.Identity, error)
+	Verify(ctx context.Context, xfccHeader string, sourceCertPEM string) (pinning.Identity, error)
 }
 
 // Results of a decision (label "result" of the metrics).
@@ -120,7 +120,7 @@ func (s *Server) decide(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 	}
 	header, _ := headerValue(httpReq, contract.HeaderXFCC)
 	id, err := s.verifier.Verify(ctx, header, req.GetAttributes().GetSource().GetCertificate())
-	var d *identity.Denial
+	var d *pinning.Denial
 	switch {
 	case errors.As(err, &d):
 		s.log.Info("Check denied", "reason", d.Reason, "runtime", id.RuntimeID, "message", d.Message,
@@ -163,7 +163,7 @@ func headerValue(r *authv3.AttributeContext_HttpRequest, name string) (string, b
 	return strings.Join(vals, ","), len(vals) > 0
 }
 
-func allowed(id identity.Identity, r *authv3.AttributeContext_HttpRequest) *authv3.CheckResponse {
+func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) *authv3.CheckResponse {
 	var remove []string
 	for k := range r.GetHeaders() {
 		lk := strings.ToLower(k)

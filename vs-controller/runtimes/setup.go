@@ -2,6 +2,8 @@ package runtimes
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -107,22 +109,39 @@ func (r *Reconciler) kymasForSecret(ctx context.Context, s client.Object) []reco
 }
 
 // allKymas enqueues every Kyma on a Watcher event, after the debounce delay
-// so that a burst of Watcher changes costs one pass per runtime.
-type allKymas struct{ r *Reconciler }
+// so that a burst of Watcher changes costs one pass per runtime. The burst
+// also costs one fan-out: while one is scheduled, further Watcher events
+// add nothing (it lists the Kymas when it runs). Before, every event listed
+// every Kyma and called AddAfter for each (which client-go counts as a
+// workqueue retry): 1,000 Watchers created × 500 runtimes were 500,000
+// "retries" and 1,000 Kyma lists in the first seconds.
+type allKymas struct {
+	r         *Reconciler
+	scheduled atomic.Bool
+}
 
 func (h *allKymas) enqueue(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if h.r.WatcherDebounce <= 0 {
+		h.fanOut(ctx, q)
+		return
+	}
+	if !h.scheduled.CompareAndSwap(false, true) {
+		return // the scheduled fan-out covers this event
+	}
+	time.AfterFunc(h.r.WatcherDebounce, func() {
+		h.scheduled.Store(false) // events from now on need another fan-out
+		h.fanOut(ctx, q)
+	})
+}
+
+func (h *allKymas) fanOut(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	list := newKymaList()
 	if err := h.r.Client.List(ctx, list, client.InNamespace(h.r.KymaNamespace)); err != nil {
 		log.FromContext(ctx).Error(err, "list Kymas for a Watcher event")
 		return
 	}
 	for i := range list.Items {
-		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
-		if h.r.WatcherDebounce > 0 {
-			q.AddAfter(req, h.r.WatcherDebounce)
-		} else {
-			q.Add(req)
-		}
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 }
 

@@ -1,4 +1,4 @@
-package identity
+package pinning
 
 import (
 	"crypto/sha256"

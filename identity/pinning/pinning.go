@@ -1,4 +1,4 @@
-package identity
+package pinning
 
 import (
 	"context"
@@ -17,13 +17,14 @@ import (
 // Runtime is what SAN pinning (and a caller that enqueues the runtime's
 // Kyma) needs to know of a Kyma CR.
 type Runtime struct {
-	ID        string // runtime ID: RuntimeIDOf the Kyma
+	ID        string // runtime ID: identity.RuntimeIDOf the Kyma
 	KymaName  string // name of the Kyma CR (its namespace is the lookup's)
 	SKRDomain string // raw value of the skr-domain annotation; "" when not set
 }
 
 // RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such
-// runtime. NewKymaLookup is the implementation over Kyma CRs.
+// runtime. identity.NewKymaLookup (over a controller-runtime reader) and
+// identity/kymastore (ext-authz's own store) implement it over Kyma CRs.
 type RuntimeLookup interface {
 	LookupRuntime(ctx context.Context, runtimeID string) (rt Runtime, found bool, err error)
 }
@@ -98,7 +99,7 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 	if domain == "" {
 		return id, deny(contract.ReasonDomainNotSet, "Kyma of runtime %q has no %s annotation", id.RuntimeID, contract.AnnotationSKRDomain)
 	}
-	if !isDNS1123Subdomain(domain) {
+	if !IsDNS1123Subdomain(domain) {
 		return id, deny(contract.ReasonSANMismatch, "the %s of runtime %q is not a DNS name", contract.AnnotationSKRDomain, id.RuntimeID)
 	}
 	if !hasDNSSAN(cert, domain) {
@@ -218,10 +219,10 @@ func hasDNSSAN(cert *certInfo, domain string) bool {
 	return false
 }
 
-// isDNS1123Subdomain is validation.IsDNS1123Subdomain without a regular
-// expression (it runs on every allowed request): at most 253 characters,
+// IsDNS1123Subdomain is validation.IsDNS1123Subdomain without a regular
+// expression (it runs on every allowed request and every Kyma lookup by name): at most 253 characters,
 // dot-separated labels of [a-z0-9-] that start and end alphanumeric.
-func isDNS1123Subdomain(s string) bool {
+func IsDNS1123Subdomain(s string) bool {
 	if len(s) == 0 || len(s) > 253 {
 		return false
 	}

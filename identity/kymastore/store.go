@@ -1,0 +1,270 @@
+// Package kymastore is ext-authz's in-memory view of the Kyma CRs of one
+// namespace for SAN pinning: a client-go reflector (list + watch of the
+// Kyma CRs' metadata) feeds a Store that keeps of each Kyma CR only its
+// name, runtime-id label and skr-domain annotation, indexed by name and by
+// label. The Store is a pinning.RuntimeLookup with the precedence of
+// identity.NewKymaLookup (label before name; several Kymas with one label
+// are an error), answered from two map reads without allocating.
+//
+// It depends on client-go's metadata client and reflector only, not on
+// controller-runtime or client-go's typed clients: with it and
+// identity/pinning, ext-authz does not link or initialize them. List pages
+// and watch events are trimmed to the three fields before the reflector
+// holds them, so the initial list of many thousands of Kyma CRs does not
+// keep their full metadata in memory at once.
+package kymastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
+)
+
+// listPageSize is the page size of the reflector's initial list.
+const listPageSize = 500
+
+// ErrNotSynced is LookupRuntime's error before the initial list arrived.
+var ErrNotSynced = errors.New("kymastore: Kyma CRs not listed yet")
+
+// kyma is what pinning reads of one Kyma CR (its name is the map key).
+type kyma struct {
+	label  string // kyma-project.io/runtime-id; "" when missing or empty
+	domain string // skr-domain annotation, raw; "" when not set
+}
+
+// Store holds the Kyma CRs of one namespace. Run feeds it; LookupRuntime
+// reads it. The zero value is not usable: use New.
+type Store struct {
+	mu      sync.RWMutex
+	byName  map[string]kyma
+	byLabel map[string][]string // label value -> names of the Kymas carrying it
+
+	synced     chan struct{}
+	syncedOnce sync.Once
+}
+
+var _ pinning.RuntimeLookup = (*Store)(nil)
+
+// New returns an empty, not yet synced Store.
+func New() *Store {
+	return &Store{byName: map[string]kyma{}, byLabel: map[string][]string{}, synced: make(chan struct{})}
+}
+
+// Synced is closed once the initial list has been stored.
+func (s *Store) Synced() <-chan struct{} { return s.synced }
+
+// Len is the number of Kyma CRs stored.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.byName)
+}
+
+// LookupRuntime finds the Kyma CR of a runtime ID: the one labelled with it
+// (several: an error), else the one named with it unless its label names
+// another runtime, else none. Before the initial list it fails with
+// ErrNotSynced (callers fail closed).
+func (s *Store) LookupRuntime(_ context.Context, runtimeID string) (pinning.Runtime, bool, error) {
+	select {
+	case <-s.synced:
+	default:
+		return pinning.Runtime{}, false, ErrNotSynced
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if names := s.byLabel[runtimeID]; len(names) > 0 {
+		if len(names) > 1 {
+			return pinning.Runtime{}, false, fmt.Errorf("%d Kyma CRs carry label %s=%s", len(names), contract.LabelRuntimeID, runtimeID)
+		}
+		return pinning.Runtime{ID: runtimeID, KymaName: names[0], SKRDomain: s.byName[names[0]].domain}, true, nil
+	}
+	k, ok := s.byName[runtimeID]
+	if !ok || k.label != "" && k.label != runtimeID {
+		return pinning.Runtime{}, false, nil // unknown, or labelled for another runtime
+	}
+	return pinning.Runtime{ID: runtimeID, KymaName: runtimeID, SKRDomain: k.domain}, true, nil
+}
+
+// entryOf reads a stored object: a Kyma as metadata, or the last state of a
+// deleted one.
+func entryOf(obj any) (string, kyma, error) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return "", kyma{}, fmt.Errorf("kymastore: unexpected object %T", obj)
+	}
+	name := m.Name
+	k := kyma{label: m.Labels[contract.LabelRuntimeID], domain: m.Annotations[contract.AnnotationSKRDomain]}
+	if k.label == name {
+		k.label = name // one string for both (the common case)
+	}
+	return name, k, nil
+}
+
+// put and remove keep byName and byLabel consistent; s.mu is held.
+func (s *Store) put(name string, k kyma) {
+	s.remove(name)
+	s.byName[name] = k
+	if k.label != "" {
+		s.byLabel[k.label] = append(s.byLabel[k.label], name)
+	}
+}
+
+func (s *Store) remove(name string) {
+	old, ok := s.byName[name]
+	if !ok {
+		return
+	}
+	delete(s.byName, name)
+	if old.label == "" {
+		return
+	}
+	names := s.byLabel[old.label]
+	for i, n := range names {
+		if n == name {
+			names = append(names[:i:i], names[i+1:]...)
+			break
+		}
+	}
+	if len(names) == 0 {
+		delete(s.byLabel, old.label)
+	} else {
+		s.byLabel[old.label] = names
+	}
+}
+
+// Add, Update, Delete, Replace and Resync make the Store a
+// toolscache.ReflectorStore.
+
+func (s *Store) Add(obj any) error { return s.Update(obj) }
+
+func (s *Store) Update(obj any) error {
+	name, k, err := entryOf(obj)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.put(name, k)
+	return nil
+}
+
+func (s *Store) Delete(obj any) error {
+	name, _, err := entryOf(obj)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.remove(name)
+	return nil
+}
+
+// Replace swaps in the Kyma CRs of a (re)list and marks the Store synced.
+func (s *Store) Replace(list []any, _ string) error {
+	fresh := &Store{byName: make(map[string]kyma, len(list)), byLabel: make(map[string][]string)}
+	for _, obj := range list {
+		name, k, err := entryOf(obj)
+		if err != nil {
+			return err
+		}
+		fresh.put(name, k)
+	}
+	s.mu.Lock()
+	s.byName, s.byLabel = fresh.byName, fresh.byLabel
+	s.mu.Unlock()
+	s.syncedOnce.Do(func() { close(s.synced) })
+	return nil
+}
+
+func (s *Store) Resync() error { return nil }
+
+// Trim keeps of a Kyma CR's metadata only what the Store reads and the
+// reflector needs: name, namespace, resource version, the runtime-id label
+// and the skr-domain annotation. Other objects pass unchanged.
+func Trim(obj runtime.Object) runtime.Object {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj
+	}
+	t := &metav1.PartialObjectMetadata{}
+	t.Name, t.Namespace, t.ResourceVersion = m.Name, m.Namespace, m.ResourceVersion
+	if v := m.Labels[contract.LabelRuntimeID]; v != "" {
+		t.Labels = map[string]string{contract.LabelRuntimeID: v}
+	}
+	if v, ok := m.Annotations[contract.AnnotationSKRDomain]; ok {
+		t.Annotations = map[string]string{contract.AnnotationSKRDomain: v}
+	}
+	return t
+}
+
+// ListWatch lists and watches the Kyma CRs (resource gvr) of namespace as
+// metadata, trimmed by Trim. Its initial list is paginated (a list at
+// resourceVersion "0" would be served whole from the API server's watch
+// cache; "" honours the page limit) and each page trimmed before the next
+// one is read.
+func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace string) (*toolscache.ListWatch, error) {
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	ri := mc.Resource(gvr).Namespace(namespace)
+	return &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			if opts.ResourceVersion == "0" && opts.Continue == "" {
+				opts.ResourceVersion = ""
+				if opts.Limit == 0 {
+					opts.Limit = listPageSize
+				}
+			}
+			list, err := ri.List(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			for i := range list.Items {
+				list.Items[i] = *Trim(&list.Items[i]).(*metav1.PartialObjectMetadata)
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := ri.Watch(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				switch e.Type {
+				case watch.Added, watch.Modified, watch.Deleted:
+					e.Object = Trim(e.Object)
+				}
+				return e, true
+			}), nil
+		},
+	}, nil
+}
+
+// Run lists and watches the Kyma CRs of namespace into s until ctx is done
+// (the reflector retries failed lists and watches with backoff).
+func (s *Store) Run(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource, namespace string) error {
+	lw, err := ListWatch(cfg, gvr, namespace)
+	if err != nil {
+		return err
+	}
+	r := toolscache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, s,
+		toolscache.ReflectorOptions{Name: "kymastore " + namespace, TypeDescription: "Kyma (metadata)"})
+	r.RunWithContext(ctx)
+	return ctx.Err()
+}

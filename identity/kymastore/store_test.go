@@ -1,0 +1,141 @@
+package kymastore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
+	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
+)
+
+func meta(name, label, domain string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kcp-system"}}
+	if label != "" {
+		m.Labels = map[string]string{contract.LabelRuntimeID: label, "team": "x"}
+	}
+	if domain != "" {
+		m.Annotations = map[string]string{contract.AnnotationSKRDomain: domain, "other": "y"}
+	}
+	return m
+}
+
+func lookup(t *testing.T, s *kymastore.Store, id string) (pinning.Runtime, bool, error) {
+	t.Helper()
+	return s.LookupRuntime(context.Background(), id)
+}
+
+// TestStoreEvents: adds, updates (label moved) and deletes keep both
+// indexes right, and nothing is answered before the first list.
+func TestStoreEvents(t *testing.T) {
+	s := kymastore.New()
+	if _, _, err := lookup(t, s, "a"); !errors.Is(err, kymastore.ErrNotSynced) {
+		t.Fatalf("lookup before sync: %v, want ErrNotSynced", err)
+	}
+	if err := s.Replace([]any{meta("a", "", "a.example.com"), meta("kyma-b", "b", "b.example.com")}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Synced():
+	default:
+		t.Fatal("not synced after Replace")
+	}
+	check := func(id string, want pinning.Runtime, found, wantErr bool) {
+		t.Helper()
+		rt, ok, err := lookup(t, s, id)
+		if (err != nil) != wantErr || ok != found || rt != want {
+			t.Errorf("LookupRuntime(%q) = %+v, %v, %v; want %+v, %v, err=%v", id, rt, ok, err, want, found, wantErr)
+		}
+	}
+	check("a", pinning.Runtime{ID: "a", KymaName: "a", SKRDomain: "a.example.com"}, true, false)
+	check("b", pinning.Runtime{ID: "b", KymaName: "kyma-b", SKRDomain: "b.example.com"}, true, false)
+	check("kyma-b", pinning.Runtime{}, false, false)
+
+	// A second Kyma labelled b: ambiguous, fail closed.
+	if err := s.Add(meta("kyma-b2", "b", "b2.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	check("b", pinning.Runtime{}, false, true)
+	// Its label moves to c: b is unambiguous again, c is kyma-b2.
+	if err := s.Update(meta("kyma-b2", "c", "c.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	check("b", pinning.Runtime{ID: "b", KymaName: "kyma-b", SKRDomain: "b.example.com"}, true, false)
+	check("c", pinning.Runtime{ID: "c", KymaName: "kyma-b2", SKRDomain: "c.example.com"}, true, false)
+	// Kyma a gets a label naming another runtime: a is no longer a runtime.
+	if err := s.Update(meta("a", "z", "a.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	check("a", pinning.Runtime{}, false, false)
+	check("z", pinning.Runtime{ID: "z", KymaName: "a", SKRDomain: "a.example.com"}, true, false)
+	// Deletes, also of a last state the reflector no longer knows.
+	if err := s.Delete(meta("kyma-b", "b", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(toolscache.DeletedFinalStateUnknown{Key: "kcp-system/kyma-b2", Obj: meta("kyma-b2", "c", "")}); err != nil {
+		t.Fatal(err)
+	}
+	check("b", pinning.Runtime{}, false, false)
+	check("c", pinning.Runtime{}, false, false)
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len = %d after deletes, want 1", n)
+	}
+	// A relist replaces everything.
+	if err := s.Replace([]any{meta("d", "", "d.example.com")}, "2"); err != nil {
+		t.Fatal(err)
+	}
+	check("z", pinning.Runtime{}, false, false)
+	check("d", pinning.Runtime{ID: "d", KymaName: "d", SKRDomain: "d.example.com"}, true, false)
+	if err := s.Add(&metav1.Status{}); err == nil {
+		t.Error("Add of a non-Kyma object succeeded")
+	}
+}
+
+func TestTrim(t *testing.T) {
+	m := meta("kyma-b", "b", "b.example.com")
+	m.ResourceVersion = "7"
+	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
+	got := kymastore.Trim(m).(*metav1.PartialObjectMetadata)
+	if got.Name != "kyma-b" || got.ResourceVersion != "7" || len(got.Labels) != 1 || len(got.Annotations) != 1 || got.ManagedFields != nil {
+		t.Errorf("Trim = %+v", got)
+	}
+	st := &metav1.Status{}
+	if kymastore.Trim(st) != st {
+		t.Error("Trim changed a non-Kyma object")
+	}
+}
+
+// BenchmarkLookupRuntime: one lookup per Check, from two map reads.
+func BenchmarkLookupRuntime(b *testing.B) {
+	s := kymastore.New()
+	list := make([]any, 0, 10000)
+	for i := range 10000 {
+		list = append(list, meta("runtime-"+itoa(i), "", "d.example.com"))
+	}
+	if err := s.Replace(list, "1"); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, ok, err := s.LookupRuntime(ctx, "runtime-4242"); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
+func itoa(i int) string {
+	var b [8]byte
+	n := len(b)
+	for {
+		n--
+		b[n] = byte('0' + i%10)
+		if i /= 10; i == 0 {
+			return string(b[n:])
+		}
+	}
+}
