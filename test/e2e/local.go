@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -54,10 +55,23 @@ func (e *localEnvironment) SKR() client.Client   { return e.sys.SKR.Client }
 func (e *localEnvironment) Events() <-chan Event { return e.events }
 func (e *localEnvironment) GatewayURL() string   { return "https://" + e.sys.GatewayAddr }
 func (e *localEnvironment) HTTPClient(c *tls.Certificate) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: e.sys.GatewayTLS(c)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := e.sys.GatewayTLS(ctx, c)
+	if err != nil {
+		// Trust nothing: every request fails, with the reason in the error.
+		cfg = &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 }
 func (e *localEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, error) {
-	leaf, err := e.sys.CA.Issue(o)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := e.sys.RuntimeCA(ctx)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := ca.Issue(o)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
