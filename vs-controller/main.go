@@ -61,6 +61,7 @@ func main() {
 	fs.StringVar(&o.Trust.Store, "trust-store", controllers.DefaultTrustStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway)")
 	fs.Float64Var(&o.Trust.RenewalsPerSecond, "ca-renewals-per-second", 5, "runtime certificate renewals requested per second after a CA rotation")
 	fs.DurationVar(&o.Trust.Interval, "ca-poll-interval", 5*time.Second, "how often the CA Secrets are re-read")
+	fs.DurationVar(&o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
 	fs.DurationVar(&o.CertificateDuration, "certificate-duration", 0, "lifetime of runtime certificates (0: cert-manager's default, 90 days)")
 	fs.DurationVar(&o.CertificateRenewBefore, "certificate-renew-before", 0, "renew runtime certificates this long before they expire (0: cert-manager's default, a third of the lifetime)")
 	fs.Float64Var(&qps, "kube-api-qps", 50, "KCP client queries per second")

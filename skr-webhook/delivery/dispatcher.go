@@ -202,6 +202,9 @@ func (d *Dispatcher) attempt(l *Lease) {
 		d.log.Error(r.Err, "KCP rejected event, dropped", "manager", l.Key.Manager, "gvk", l.Key.GVK,
 			"namespace", l.Key.Namespace, "name", l.Key.Name, "status", r.Status)
 	default:
+		if IsTLSFailure(r.Err) {
+			d.metrics.tlsFailures.Inc()
+		}
 		delay := d.backoff(l.Attempt, r.RetryAfter)
 		requeued, dropped := d.queue.Retry(l, time.Now().Add(delay))
 		d.dropped(DropQueueFull, dropped)

@@ -10,6 +10,8 @@ type metrics struct {
 	dropped   *prometheus.CounterVec
 	latency   prometheus.Histogram
 	attempts  *prometheus.HistogramVec
+	// tlsFailures: attempts that failed in the TLS handshake (tlsfailure.go).
+	tlsFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, q *Queue) *metrics {
@@ -44,12 +46,16 @@ func newMetrics(reg prometheus.Registerer, q *Queue) *metrics {
 			Help:    "Duration of single delivery attempts by outcome (delivered, retry, rejected).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"outcome"}),
+		tlsFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runtime_watcher_skr_webhook_tls_failures_total",
+			Help: "Delivery attempts that failed in the TLS handshake (an untrusted gateway certificate, or the gateway refused the client certificate); they are retried.",
+		}),
 	}
 	for _, r := range []string{DropQueueFull, DropExpired, DropRejected, DropShutdown} {
 		m.dropped.WithLabelValues(r) // export zeros
 	}
 	if reg != nil {
-		reg.MustRegister(m.emitted, m.coalesced, m.delivered, m.retried, m.dropped, m.latency, m.attempts,
+		reg.MustRegister(m.emitted, m.coalesced, m.delivered, m.retried, m.dropped, m.latency, m.attempts, m.tlsFailures,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "runtime_watcher_skr_webhook_queue_depth",
 				Help: "Deliveries owed: pending entries (new or waiting to retry) plus in-flight ones changed meanwhile.",

@@ -42,6 +42,7 @@ import (
 type kindEnvironment struct {
 	kcp, skr   client.Client
 	kcpClients *kubernetes.Clientset
+	skrClients *kubernetes.Clientset
 	events     chan Event
 	caRef      string
 	cancel     context.CancelFunc
@@ -79,6 +80,9 @@ func ConnectKind(ctx context.Context, log logr.Logger) (Environment, error) {
 		return nil, err
 	}
 	if e.skr, err = client.New(skrCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return nil, err
+	}
+	if e.skrClients, err = kubernetes.NewForConfig(skrCfg); err != nil {
 		return nil, err
 	}
 	if e.kcpClients, err = kubernetes.NewForConfig(kcpCfg); err != nil {
@@ -205,6 +209,25 @@ func (e *kindEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, e
 		return tls.Certificate{}, err
 	}
 	return leaf.TLS()
+}
+
+// WebhookMetrics reads every skr-webhook pod's /metrics (port 8080)
+// through the SKR API server's pod proxy.
+func (e *kindEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
+	ns := getenv("SKR_NAMESPACE", localenv.SKRNamespace)
+	pods, err := e.skrClients.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skr-webhook"})
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	for _, p := range pods.Items {
+		b, err := e.skrClients.CoreV1().Pods(ns).ProxyGet("http", p.Name, "8080", "metrics", nil).DoRaw(ctx)
+		if err != nil {
+			return "", fmt.Errorf("metrics of pod %s: %w", p.Name, err)
+		}
+		out.Write(b)
+	}
+	return out.String(), nil
 }
 
 // SetGatewayUp scales the ingress gateway to 0 or 1 replicas and waits.

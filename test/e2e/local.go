@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"time"
@@ -76,6 +77,19 @@ func (e *localEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, 
 		return tls.Certificate{}, err
 	}
 	return leaf.TLS()
+}
+func (e *localEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.sys.WebhookMetricsURL, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return string(b), err
 }
 func (e *localEnvironment) SetGatewayUp(_ context.Context, up bool) error {
 	return e.sys.SetGatewayUp(up)

@@ -88,6 +88,8 @@ type System struct {
 	Dir      string
 	// GatewayAddr is host:port of the gateway stand-in (what SKRs post to).
 	GatewayAddr string
+	// WebhookMetricsURL is the skr-webhook's /metrics.
+	WebhookMetricsURL string
 	// Events carries every event the operator reported, in order.
 	Events <-chan ReceivedEvent
 
@@ -172,6 +174,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	webhookListen, webhookHealth := addr(6), addr(7)
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
+	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
 	// Every binary is configured by flags only (--kubeconfig for the KCP).
 	p, err := s.start("ext-authz", binaries["ext-authz"], nil, nil,
@@ -220,7 +223,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		"--gateway-ca-secret", GatewayNamespace+"/"+GatewayCAName,
 		"--gateway-client-ca-secret", GatewayNamespace+"/"+GatewayTLSSecret+"-cacert",
 		"--gateway-certificate", GatewayNamespace+"/"+GatewayTLSSecret,
-		"--ca-poll-interval", "1s",
+		"--ca-poll-interval", "1s", "--ca-settle", "12s",
 		"--certificate-duration", LeafDuration.String(), "--certificate-renew-before", LeafRenewBefore.String())
 	if err != nil {
 		return s, err

@@ -34,6 +34,8 @@ type TrustOptions struct {
 	RenewalsPerSecond float64
 	// Interval between refreshes of the CA Secrets; 5s when 0.
 	Interval time.Duration
+	// Settle: see runtimes.TrustKeeper.
+	Settle time.Duration
 }
 
 // DefaultTrustStore is the default Store.
@@ -78,6 +80,7 @@ func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.
 		ClientCASecret:     o.GatewayClientCASecret,
 		GatewayCertificate: o.GatewayCertificate,
 		Interval:           o.Interval,
+		Settle:             o.Settle,
 		Log:                log,
 	}
 	if o.GatewayCASecret.Name != "" {

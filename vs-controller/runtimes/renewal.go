@@ -35,6 +35,11 @@ type runtimeTrust struct {
 	leaf      *x509.Certificate
 	gatewayFP string
 	current   *x509.Certificate
+	// leafCA: fingerprint of the CA that signed leaf.
+	leafCA string
+	// renewAfter: the earliest time a renewal may be requested (the new
+	// CA settled in the gateway's client CA).
+	renewAfter time.Time
 }
 
 // trustFor is the trust a runtime's bundle carries; ok is false while the
@@ -51,12 +56,17 @@ func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string
 		return runtimeTrust{caBundle: tls.CA, gatewayCA: tls.CA, leaf: leaf}, true
 	}
 	p := r.Trust.current()
-	if p == nil || p.runtimeBundle == nil || leaf == nil || trust.SignedBy(leaf, p.runtimeCAs) < 0 {
+	idx := -1
+	if p != nil && leaf != nil {
+		idx = trust.SignedBy(leaf, p.runtimeCAs)
+	}
+	if p == nil || p.runtimeBundle == nil || idx < 0 {
 		r.Trust.Poke()
 		log.FromContext(ctx).V(1).Info("runtime certificate's CA is not in the published trust bundle yet; waiting", "runtime", id)
 		return runtimeTrust{}, false
 	}
-	t := runtimeTrust{caBundle: p.runtimeBundle, gatewayCA: tls.CA, leaf: leaf, current: p.runtimeCurrent}
+	t := runtimeTrust{caBundle: p.runtimeBundle, gatewayCA: tls.CA, leaf: leaf, current: p.runtimeCurrent,
+		renewAfter: p.runtimeSince.Add(r.Trust.Settle), leafCA: trust.Fingerprint(p.runtimeCAs[idx])}
 	if r.Trust.Gateway != nil {
 		if p.gatewayBundle == nil {
 			r.Trust.Poke()
@@ -72,11 +82,22 @@ func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string
 // the current CA, requests its renewal (rate-limited). A positive duration
 // asks to come back then (the rate limit).
 func (r *Reconciler) afterPush(ctx context.Context, kyma client.Object, key, id string, t runtimeTrust) (time.Duration, error) {
-	if t.gatewayFP != "" {
-		r.pushed.Store(key, t.gatewayFP)
+	if r.Trust != nil {
+		pr := pushedRuntime{gatewayFP: t.gatewayFP, leafCA: t.leafCA}
+		if v, ok := r.pushed.Load(key); ok {
+			if o := v.(pushedRuntime); o.leafCA != t.leafCA {
+				pr.prevLeafCA, pr.changedAt = o.leafCA, time.Now()
+			} else {
+				pr.prevLeafCA, pr.changedAt = o.prevLeafCA, o.changedAt
+			}
+		}
+		r.pushed.Store(key, pr)
 	}
 	if t.current == nil || t.leaf == nil || trust.SignedBy(t.leaf, []*x509.Certificate{t.current}) == 0 {
 		return 0, nil
+	}
+	if wait := time.Until(t.renewAfter); wait > 0 {
+		return wait, nil
 	}
 	crt := &certmanagerv1.Certificate{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: kyma.GetNamespace(), Name: certificates.Name(id)}, crt); err != nil {

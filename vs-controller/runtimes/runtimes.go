@@ -105,7 +105,7 @@ type Reconciler struct {
 	Renewals *rate.Limiter
 
 	memo     apply.Memo
-	pushed   sync.Map // runtime key -> gatewayFingerprints of the ca.crt applied
+	pushed   sync.Map // runtime key -> pushedRuntime
 	webhooks bundle.WebhookConfigurations
 }
 

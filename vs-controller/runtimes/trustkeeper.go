@@ -53,13 +53,37 @@ type TrustKeeper struct {
 	GatewayCertificate types.NamespacedName
 	// Interval between refreshes; 5s when 0.
 	Interval time.Duration
-	Log      logr.Logger
+	// Settle is how long a new CA must have been in the trust anchors
+	// before certificates are re-issued by it: the time a change of a
+	// written Secret takes to reach the processes that use it (kubelet's
+	// Secret volume sync, Istio's SDS push, the webhook's ca.crt reload).
+	// Runtime certificates are renewed once the client CA Secret held the
+	// new runtime CA for Settle; the gateway certificate once every runtime
+	// held the new gateway CA for Settle.
+	Settle time.Duration
+	Log    logr.Logger
 
 	r       *Reconciler
 	changed chan event.GenericEvent
 	poke    chan struct{}
 	state   atomic.Pointer[published]
 	leaves  sync.Map // Secret name -> parsedLeaf
+
+	// gatewayHeldSince: when every runtime first held gatewayHeldCA.
+	gatewayHeldCA    string
+	gatewayHeldSince time.Time
+	// The gateway certificate's CA, the one before and when it changed.
+	gatewayLeafCA, gatewayPrevCA string
+	gatewayChangedAt             time.Time
+}
+
+// pushedRuntime is what a runtime's SKR was last given: the gateway CAs of
+// its ca.crt, and the CA of its certificate (and of the one before, which
+// its webhook may still be serving until Settle has passed).
+type pushedRuntime struct {
+	gatewayFP          string
+	leafCA, prevLeafCA string
+	changedAt          time.Time
 }
 
 // published is what the reconciler uses: a runtime CA bundle that the
@@ -68,6 +92,8 @@ type published struct {
 	runtimeBundle  []byte
 	runtimeCAs     []*x509.Certificate
 	runtimeCurrent *x509.Certificate
+	// runtimeSince: when runtimeBundle was written to the client CA Secret.
+	runtimeSince   time.Time
 	gatewayBundle  []byte
 	gatewayCAs     []*x509.Certificate
 	gatewayCurrent *x509.Certificate
@@ -137,6 +163,7 @@ func (k *TrustKeeper) Sync(ctx context.Context) {
 			k.Log.Error(err, "write the gateway's client CA Secret; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String())
 		} else {
 			next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
+			next.runtimeSince = time.Now()
 		}
 	} else if b != nil {
 		next.runtimeCAs, next.runtimeCurrent = k.Runtime.CAs(), k.Runtime.Current()
@@ -233,16 +260,50 @@ func (k *TrustKeeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certi
 	return out, nil
 }
 
-// runtimeCAsInUse: a CA is in use while a runtime certificate is signed by it.
+// runtimeCAsInUse: a CA is in use while a runtime certificate in the KCP is
+// signed by it, or one given to an SKR (the one before for Settle after
+// the change: the webhook may still serve it). While a runtime's SKR state
+// is unknown (after a restart, an unreachable runtime), every CA is in use.
 func (k *TrustKeeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
+	used := make([]bool, len(cas))
+	all := func() ([]bool, error) {
+		for i := range used {
+			used[i] = true
+		}
+		return used, nil
+	}
 	leaves, err := k.runtimeLeaves(ctx)
 	if err != nil {
 		return nil, err
 	}
-	used := make([]bool, len(cas))
 	for _, l := range leaves {
 		if i := trust.SignedBy(l, cas); i >= 0 {
 			used[i] = true
+		}
+	}
+	kymas := newKymaList()
+	if err := k.r.Client.List(ctx, kymas, client.InNamespace(k.r.KymaNamespace)); err != nil {
+		return nil, err
+	}
+	index := map[string]int{}
+	for i, c := range cas {
+		index[trust.Fingerprint(c)] = i
+	}
+	for i := range kymas.Items {
+		ky := &kymas.Items[i]
+		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
+			continue
+		}
+		v, ok := k.r.pushed.Load(client.ObjectKeyFromObject(ky).String())
+		if !ok {
+			return all()
+		}
+		pr := v.(pushedRuntime)
+		if j, ok := index[pr.leafCA]; ok {
+			used[j] = true
+		}
+		if j, ok := index[pr.prevLeafCA]; ok && time.Since(pr.changedAt) < k.Settle {
+			used[j] = true
 		}
 	}
 	return used, nil
@@ -260,8 +321,19 @@ func (k *TrustKeeper) gatewayCAsInUse(ctx context.Context, cas []*x509.Certifica
 		}
 		return used, err
 	}
+	fp := ""
 	if i := trust.SignedBy(leaf, cas); i >= 0 {
-		used[i] = true
+		used[i], fp = true, trust.Fingerprint(cas[i])
+	}
+	if fp != k.gatewayLeafCA {
+		k.gatewayPrevCA, k.gatewayLeafCA, k.gatewayChangedAt = k.gatewayLeafCA, fp, time.Now()
+	}
+	// The gateway may serve the certificate before for Settle (Istio's
+	// SDS push): keep its CA in the SKRs' ca.crt meanwhile.
+	for i, c := range cas {
+		if trust.Fingerprint(c) == k.gatewayPrevCA && time.Since(k.gatewayChangedAt) < k.Settle {
+			used[i] = true
+		}
 	}
 	return used, nil
 }
@@ -316,13 +388,20 @@ func (k *TrustKeeper) renewGatewayCertificate(ctx context.Context, p *published)
 			continue
 		}
 		held, _ := k.r.pushed.Load(client.ObjectKeyFromObject(ky).String())
-		if s, _ := held.(string); !strings.Contains(s, ","+want+",") {
+		if pr, _ := held.(pushedRuntime); !strings.Contains(pr.gatewayFP, ","+want+",") {
 			waiting++
 		}
 	}
 	if waiting > 0 {
+		k.gatewayHeldCA = ""
 		k.Log.V(1).Info("gateway certificate waits for runtimes to trust the new gateway CA", "runtimes", waiting)
 		return nil
+	}
+	if k.gatewayHeldCA != want {
+		k.gatewayHeldCA, k.gatewayHeldSince = want, time.Now()
+	}
+	if time.Since(k.gatewayHeldSince) < k.Settle {
+		return nil // the SKRs' webhooks load their ca.crt meanwhile
 	}
 	crt, err := k.gatewayCertificate(ctx)
 	if err != nil || crt == nil {
