@@ -117,7 +117,7 @@ var _ = Describe("CA rotation", Label("ca-rotation"), Ordered, func() {
 		AddReportEntry("SKR writes during the rotations", strconv.Itoa(w.count()))
 
 		By("counting TLS failures of deliveries")
-		Expect(tlsFailures(ctx) - tlsBefore).To(BeZero(), "deliveries failed in the TLS handshake during the rotations")
+		Expect(tlsFailures(ctx)-tlsBefore).To(BeZero(), "deliveries failed in the TLS handshake during the rotations")
 
 		By("checking that no trust anchor holds an expired CA")
 		now := time.Now()
