@@ -176,7 +176,7 @@ func InstallCA(ctx context.Context, c client.Client, ca *pki.CA, namespace, name
 	issuer := &certmanagerv1.Issuer{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 	issuer.Spec.CA = &certmanagerv1.CAIssuer{SecretName: name}
 	if err := c.Create(ctx, issuer); err != nil {
-		return fmt.Errorf("Issuer: %w", err)
+		return fmt.Errorf("issuer: %w", err)
 	}
 	return nil
 }
