@@ -165,9 +165,9 @@ var _ = Describe("the KCP manifests", func() {
 				Expect(cert.Spec.SecretName).To(Equal(s.GetTls().GetCredentialName()))
 				Expect(cert.Spec.DNSNames).To(ConsistOf(s.GetHosts()[0]))
 				Expect(cert.Spec.Usages).To(ContainElement(certmanagerv1.UsageServerAuth))
-				Expect(cert.Spec.IssuerRef.Kind).To(Equal("ClusterIssuer"))
-				Expect(cert.Spec.IssuerRef.Name).To(Equal("runtime-watcher-ca"),
-					"the SKR webhooks verify the gateway against the CA that signs their own certificates")
+				Expect(cert.Spec.IssuerRef.Kind).To(Equal("Issuer"))
+				Expect(cert.Spec.IssuerRef.Name).To(Equal("kcp-gateway-ca"),
+					"the gateway has its own CA, whose bundle vs-controller puts into every SKR's ca.crt")
 			})
 
 			It("send /v2/* on the ingress gateway to ext-authz, fail closed (AuthorizationPolicy CUSTOM + mesh config)", func() {
@@ -248,13 +248,35 @@ var _ = Describe("the KCP manifests", func() {
 				one(objs, "Deployment", "ext-authz", &ea)
 				Expect(containerArgs(container(&ea, "ext-authz"))["kyma-namespace"]).To(Equal(args["kyma-namespace"]))
 				for _, r := range find(objs, "Role", "") {
-					Expect(r.GetNamespace()).To(Equal(args["kyma-namespace"]), "Role %s", r.GetName())
+					Expect(r.GetNamespace()).To(BeElementOf(args["kyma-namespace"], gw.Namespace), "Role %s", r.GetName())
 				}
 
-				Expect(args["issuer-kind"]).To(Equal("ClusterIssuer"))
-				var ca certmanagerv1.ClusterIssuer
-				one(objs, "ClusterIssuer", args["issuer-name"], &ca)
+				// ARCHITECTURE.md §3.9: runtime identities come from a
+				// namespaced CA Issuer in vs-controller's namespace; the
+				// gateway's server certificate from its own CA.
+				Expect(args["issuer-kind"]).To(Equal("Issuer"))
+				Expect(find(objs, "ClusterIssuer", "")).To(BeEmpty(), "a ClusterIssuer would let any namespace mint certificates")
+				var ca certmanagerv1.Issuer
+				oneIn(objs, "Issuer", args["kyma-namespace"], args["issuer-name"], &ca)
 				Expect(ca.Spec.CA).NotTo(BeNil(), "vs-controller's issuer must be the CA issuer")
+				var caCert certmanagerv1.Certificate
+				oneIn(objs, "Certificate", args["kyma-namespace"], ca.Spec.CA.SecretName, &caCert)
+				Expect(caCert.Spec.IsCA).To(BeTrue())
+				Expect(caCert.Spec.SecretName).To(Equal(ca.Spec.CA.SecretName))
+				Expect(caCert.Spec.PrivateKey.RotationPolicy).To(Equal(certmanagerv1.RotationPolicyAlways), "a CA rotation brings a new key")
+				Expect(args["ca-secret"]).To(Equal(args["kyma-namespace"] + "/" + caCert.Spec.SecretName))
+
+				server := gw.Spec.Servers[0].GetTls().GetCredentialName()
+				var gwCert certmanagerv1.Certificate
+				oneIn(objs, "Certificate", gw.Namespace, server, &gwCert)
+				Expect(gwCert.Spec.IssuerRef.Kind).To(Equal("Issuer"))
+				Expect(gwCert.Spec.IssuerRef.Name).NotTo(Equal(args["issuer-name"]), "the gateway's server certificate has its own CA")
+				Expect(args["gateway-certificate"]).To(Equal(gw.Namespace + "/" + gwCert.Name))
+				Expect(args["gateway-client-ca-secret"]).To(Equal(gw.Namespace+"/"+server+"-cacert"), "Istio reads the client CA of a MUTUAL server from <credentialName>-cacert")
+				var gwCA certmanagerv1.Issuer
+				oneIn(objs, "Issuer", gw.Namespace, gwCert.Spec.IssuerRef.Name, &gwCA)
+				Expect(gwCA.Spec.CA).NotTo(BeNil())
+				Expect(args["gateway-ca-secret"]).To(Equal(gw.Namespace + "/" + gwCA.Spec.CA.SecretName))
 
 				Expect(args["skr-webhook-image"]).NotTo(BeEmpty())
 				if dir != "manifests/kcp/base" {
@@ -265,23 +287,26 @@ var _ = Describe("the KCP manifests", func() {
 				}
 			})
 
-			It("bootstrap the CA: self-signed ClusterIssuer -> CA Certificate -> CA ClusterIssuer", func() {
-				var ca certmanagerv1.ClusterIssuer
-				one(objs, "ClusterIssuer", "runtime-watcher-ca", &ca)
-				Expect(ca.Spec.CA).NotTo(BeNil())
-				var caCert certmanagerv1.Certificate
-				one(objs, "Certificate", ca.Spec.CA.SecretName, &caCert)
-				Expect(caCert.Namespace).To(Equal("cert-manager"), "a ClusterIssuer reads its Secret from cert-manager's cluster resource namespace")
-				Expect(caCert.Spec.SecretName).To(Equal(ca.Spec.CA.SecretName))
-				Expect(caCert.Spec.IsCA).To(BeTrue())
-				Expect(caCert.Spec.PrivateKey.Algorithm).To(Equal(certmanagerv1.ECDSAKeyAlgorithm), "the e2e suite signs test certificates with the CA's ECDSA key")
-				Expect(caCert.Spec.PrivateKey.RotationPolicy).To(Equal(certmanagerv1.RotationPolicyNever),
-					"a renewed CA keeps its key, so certificates it signed before stay valid")
-				Expect(caCert.Spec.IssuerRef.Kind).To(Equal("ClusterIssuer"))
-				var root certmanagerv1.ClusterIssuer
-				one(objs, "ClusterIssuer", caCert.Spec.IssuerRef.Name, &root)
-				Expect(root.Spec.SelfSigned).NotTo(BeNil())
-			})
+			DescribeTable("bootstrap each CA: self-signed Issuer -> CA Certificate (new key at renewal) -> CA Issuer, in one namespace",
+				func(namespace, name string) {
+					var ca certmanagerv1.Issuer
+					oneIn(objs, "Issuer", namespace, name, &ca)
+					Expect(ca.Spec.CA).NotTo(BeNil())
+					var caCert certmanagerv1.Certificate
+					oneIn(objs, "Certificate", namespace, ca.Spec.CA.SecretName, &caCert)
+					Expect(caCert.Spec.SecretName).To(Equal(ca.Spec.CA.SecretName))
+					Expect(caCert.Spec.IsCA).To(BeTrue())
+					Expect(caCert.Spec.PrivateKey.Algorithm).To(Equal(certmanagerv1.ECDSAKeyAlgorithm), "the e2e suite signs test certificates with the CA's ECDSA key")
+					Expect(caCert.Spec.PrivateKey.RotationPolicy).To(Equal(certmanagerv1.RotationPolicyAlways),
+						"a CA rotation brings a new key; vs-controller keeps old and new CA in the bundles (docs/certificates.md)")
+					Expect(caCert.Spec.IssuerRef.Kind).To(Equal("Issuer"))
+					var root certmanagerv1.Issuer
+					oneIn(objs, "Issuer", namespace, caCert.Spec.IssuerRef.Name, &root)
+					Expect(root.Spec.SelfSigned).NotTo(BeNil())
+				},
+				Entry("runtime CA", "kcp-system", "runtime-watcher-ca"),
+				Entry("gateway CA", "istio-system", "kcp-gateway-ca"),
+			)
 
 			It("cover every Deployment with a PodDisruptionBudget", func() {
 				pdbs := find(objs, "PodDisruptionBudget", "")
@@ -616,4 +641,17 @@ func minor(v string) string {
 		return ""
 	}
 	return parts[1]
+}
+
+// oneIn is one() for a namespaced object.
+func oneIn(objs []*unstructured.Unstructured, kind, namespace, name string, out any) {
+	GinkgoHelper()
+	var found []*unstructured.Unstructured
+	for _, o := range find(objs, kind, name) {
+		if o.GetNamespace() == namespace {
+			found = append(found, o)
+		}
+	}
+	Expect(found).To(HaveLen(1), "want exactly one %s %s/%s", kind, namespace, name)
+	decode(found[0], out)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -26,11 +27,12 @@ import (
 
 func main() {
 	var (
-		o                controllers.Options
-		issuerName, kind string
-		extraDNS         string
-		qps              float64
-		burst            int
+		o                                        controllers.Options
+		issuerName, kind                         string
+		extraDNS                                 string
+		caSecret, gwCASecret, gwClientCA, gwCert string
+		qps                                      float64
+		burst                                    int
 	)
 	// --kubeconfig is registered by controller-runtime (pkg/client/config).
 	fs := flag.CommandLine
@@ -52,6 +54,16 @@ func main() {
 	fs.DurationVar(&o.WatcherDebounce, "watcher-debounce", time.Second, "delay before a Watcher change re-reconciles every runtime (batches bursts)")
 	fs.IntVar(&o.RuntimeWorkers, "runtime-workers", 8, "runtimes reconciled in parallel")
 	fs.IntVar(&o.WatcherWorkers, "watcher-workers", 4, "Watchers reconciled in parallel")
+	fs.StringVar(&caSecret, "ca-secret", "runtime-watcher-ca", "runtime CA Secret (name in --kyma-namespace, or namespace/name) whose trust bundle vs-controller keeps during CA rotations; \"\" turns the rotation off")
+	fs.StringVar(&gwCASecret, "gateway-ca-secret", "istio-system/kcp-gateway-ca", "gateway CA Secret (namespace/name): its bundle is every SKR's ca.crt; \"\": the runtime certificate's ca.crt")
+	fs.StringVar(&gwClientCA, "gateway-client-ca-secret", "istio-system/kcp-gateway-tls-cacert", "Secret (namespace/name) vs-controller writes the runtime CA bundle into, the gateway's client CA; \"\": none")
+	fs.StringVar(&gwCert, "gateway-certificate", "istio-system/kcp-gateway-tls", "gateway server Certificate (namespace/name), renewed once every SKR trusts a new gateway CA; \"\": never")
+	fs.StringVar(&o.Trust.Store, "trust-store", controllers.DefaultTrustStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway)")
+	fs.Float64Var(&o.Trust.RenewalsPerSecond, "ca-renewals-per-second", 5, "runtime certificate renewals requested per second after a CA rotation")
+	fs.DurationVar(&o.Trust.Interval, "ca-poll-interval", 5*time.Second, "how often the CA Secrets are re-read")
+	fs.DurationVar(&o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
+	fs.DurationVar(&o.CertificateDuration, "certificate-duration", 0, "lifetime of runtime certificates (0: cert-manager's default, 90 days)")
+	fs.DurationVar(&o.CertificateRenewBefore, "certificate-renew-before", 0, "renew runtime certificates this long before they expire (0: cert-manager's default, a third of the lifetime)")
 	fs.Float64Var(&qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&burst, "kube-api-burst", 100, "KCP client burst")
 	showVersion := version.BindFlag(fs)
@@ -80,6 +92,21 @@ func main() {
 	if kind != "Issuer" && kind != "ClusterIssuer" {
 		fmt.Fprintln(os.Stderr, "--issuer-kind must be Issuer or ClusterIssuer")
 		os.Exit(2)
+	}
+	var err error
+	for _, f := range []struct {
+		flag, value, def string
+		key              *types.NamespacedName
+	}{
+		{"--ca-secret", caSecret, o.KymaNamespace, &o.Trust.CASecret},
+		{"--gateway-ca-secret", gwCASecret, o.GatewayNamespace, &o.Trust.GatewayCASecret},
+		{"--gateway-client-ca-secret", gwClientCA, o.GatewayNamespace, &o.Trust.GatewayClientCASecret},
+		{"--gateway-certificate", gwCert, o.GatewayNamespace, &o.Trust.GatewayCertificate},
+	} {
+		if *f.key, err = controllers.ParseObjectKey(f.value, f.def); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", f.flag, err)
+			os.Exit(2)
+		}
 	}
 	o.Issuer = cmmeta.IssuerReference{Name: issuerName, Kind: kind, Group: "cert-manager.io"}
 	for _, n := range strings.Split(extraDNS, ",") {

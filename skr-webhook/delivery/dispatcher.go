@@ -479,6 +479,9 @@ func (d *Dispatcher) attempt(l *Lease) {
 			"gvk", l.Key.GVK, "namespace", l.Key.Namespace, "name", l.Key.Name, "resync", ev.Resync,
 			"heartbeat", ev.Heartbeat, "status", r.Status)
 	default:
+		if IsTLSFailure(r.Err) {
+			d.metrics.tlsFailures.Inc()
+		}
 		delay := d.backoff(l.Attempt, r.RetryAfter)
 		if l.Key.Control == ControlResync {
 			d.resyncDone(l.Key.Manager, true)

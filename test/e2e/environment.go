@@ -54,6 +54,9 @@ type Environment interface {
 	// IssueClientCert signs a certificate with the CA the gateway trusts,
 	// for requests that must fail SAN pinning.
 	IssueClientCert(o pki.LeafOptions) (tls.Certificate, error)
+	// WebhookMetrics is the Prometheus text of every skr-webhook process
+	// in the runtime, concatenated.
+	WebhookMetrics(ctx context.Context) (string, error)
 	// SetGatewayUp takes the KCP gateway down or brings it back.
 	SetGatewayUp(ctx context.Context, up bool) error
 	Stop() error

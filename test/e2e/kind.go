@@ -43,8 +43,9 @@ import (
 type kindEnvironment struct {
 	kcp, skr   client.Client
 	kcpClients *kubernetes.Clientset
+	skrClients *kubernetes.Clientset
 	events     chan Event
-	ca         *pki.CA
+	caRef      string
 	cancel     context.CancelFunc
 	gatewayAdr string
 	gatewayHst string
@@ -82,10 +83,14 @@ func ConnectKind(ctx context.Context, log logr.Logger) (Environment, error) {
 	if e.skr, err = client.New(skrCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
 		return nil, err
 	}
+	if e.skrClients, err = kubernetes.NewForConfig(skrCfg); err != nil {
+		return nil, err
+	}
 	if e.kcpClients, err = kubernetes.NewForConfig(kcpCfg); err != nil {
 		return nil, err
 	}
-	if e.ca, err = e.loadCA(ctx, getenv("CA_SECRET", "cert-manager/runtime-watcher-ca")); err != nil {
+	e.caRef = getenv("CA_SECRET", "kcp-system/runtime-watcher-ca")
+	if _, err = e.loadCA(ctx, e.caRef); err != nil {
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
@@ -203,7 +208,15 @@ func (e *kindEnvironment) GatewayURL() string   { return "https://" + e.gatewayH
 
 // HTTPClient dials GATEWAY_ADDR for the gateway's host name.
 func (e *kindEnvironment) HTTPClient(cert *tls.Certificate) *http.Client {
-	c := &tls.Config{RootCAs: e.ca.Pool(), ServerName: e.gatewayHst, MinVersion: tls.VersionTLS12}
+	// The gateway has its own CA (manifests/kcp/base/pki.yaml): trust what
+	// signs its certificate now.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	roots, err := localenv.GatewayRoots(ctx, e.kcp)
+	if err != nil {
+		roots = x509.NewCertPool() // trust nothing: requests fail with the reason
+	}
+	c := &tls.Config{RootCAs: roots, ServerName: e.gatewayHst, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		c.Certificates = []tls.Certificate{*cert}
 	}
@@ -217,11 +230,37 @@ func (e *kindEnvironment) HTTPClient(cert *tls.Certificate) *http.Client {
 }
 
 func (e *kindEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, error) {
-	leaf, err := e.ca.Issue(o)
+	// The current runtime CA: it may have rotated since the start.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := e.loadCA(ctx, e.caRef)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := ca.Issue(o)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
 	return leaf.TLS()
+}
+
+// WebhookMetrics reads every skr-webhook pod's /metrics (port 8080)
+// through the SKR API server's pod proxy.
+func (e *kindEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
+	ns := getenv("SKR_NAMESPACE", localenv.SKRNamespace)
+	pods, err := e.skrClients.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skr-webhook"})
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	for _, p := range pods.Items {
+		b, err := e.skrClients.CoreV1().Pods(ns).ProxyGet("http", p.Name, "8080", "metrics", nil).DoRaw(ctx)
+		if err != nil {
+			return "", fmt.Errorf("metrics of pod %s: %w", p.Name, err)
+		}
+		out.Write(b)
+	}
+	return out.String(), nil
 }
 
 // SetGatewayUp scales the ingress gateway to 0 or 1 replicas and waits.

@@ -3,10 +3,14 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"time"
+
+	. "github.com/onsi/gomega"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,14 +60,40 @@ func (e *localEnvironment) SKR() client.Client   { return e.sys.SKR.Client }
 func (e *localEnvironment) Events() <-chan Event { return e.events }
 func (e *localEnvironment) GatewayURL() string   { return "https://" + e.sys.GatewayAddr }
 func (e *localEnvironment) HTTPClient(c *tls.Certificate) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: e.sys.GatewayTLS(c)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := e.sys.GatewayTLS(ctx, c)
+	if err != nil {
+		// Trust nothing: every request fails, with the reason in the error.
+		cfg = &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 }
 func (e *localEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, error) {
-	leaf, err := e.sys.CA.Issue(o)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := e.sys.RuntimeCA(ctx)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := ca.Issue(o)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
 	return leaf.TLS()
+}
+func (e *localEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.sys.WebhookMetricsURL, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return string(b), err
 }
 func (e *localEnvironment) SetGatewayUp(_ context.Context, up bool) error {
 	return e.sys.SetGatewayUp(up)
@@ -98,8 +128,14 @@ func (d localDelivery) StartWebhook(ctx context.Context) error { return d.sys.St
 func (d localDelivery) WebhookRSS() (int64, int64, error)      { return d.sys.WebhookRSS() }
 func (d localDelivery) WebhookURL() string                     { return "https://" + d.sys.WebhookAddr() }
 func (d localDelivery) WebhookClient() *http.Client {
+	// The webhook serves the runtime certificate: trust the runtime CA as it
+	// is now (the delivery specs do not rotate it).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := d.sys.RuntimeCA(ctx)
+	Expect(err).NotTo(HaveOccurred(), "read the runtime CA")
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: d.sys.CA.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: 64,
 	}}
 }

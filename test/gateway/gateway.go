@@ -62,6 +62,9 @@ type Config struct {
 	// SKR client certificates.
 	ServerCert tls.Certificate
 	ClientCAs  *x509.CertPool
+	// Credentials, when set, replace ServerCert and ClientCAs and are asked
+	// at every handshake (a gateway whose Secrets rotate, SecretCredentials).
+	Credentials func() (*tls.Certificate, *x509.CertPool, error)
 	// AuthzAddr is ext-authz's gRPC address (host:port).
 	AuthzAddr string
 	// AuthzTimeout bounds each Check call (the provider's timeout).
@@ -115,6 +118,22 @@ func New(cfg Config) (*Gateway, error) {
 
 // TLSConfig is the MUTUAL server TLS configuration.
 func (g *Gateway) TLSConfig() *tls.Config {
+	if creds := g.cfg.Credentials; creds != nil {
+		return &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"},
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				cert, pool, err := creds()
+				if err != nil {
+					return nil, err
+				}
+				return &tls.Config{
+					Certificates: []tls.Certificate{*cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+					MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"},
+				}, nil
+			},
+		}
+	}
 	return &tls.Config{
 		Certificates: []tls.Certificate{g.cfg.ServerCert},
 		ClientCAs:    g.cfg.ClientCAs,

@@ -231,7 +231,7 @@ deploy_kcp() {
 	# cert-manager's webhook may refuse the issuers for a few seconds after
 	# its Deployment is available.
 	retry 30 5 kcp apply -k "$KIND_OVERLAY" || die "could not apply $KIND_OVERLAY"
-	kcp -n cert-manager wait --for=condition=Ready certificate/runtime-watcher-ca --timeout=3m
+	kcp -n kcp-system wait --for=condition=Ready certificate/runtime-watcher-ca --timeout=3m
 	kcp -n istio-system wait --for=condition=Ready certificate/kcp-gateway-tls --timeout=3m
 	kcp -n kcp-system rollout status deployment/ext-authz --timeout=5m
 	kcp -n kcp-system rollout status deployment/vs-controller --timeout=5m
@@ -261,7 +261,7 @@ run_suite() {
 		SKR_KUBECONFIG="$WORK_DIR/skr.kubeconfig" \
 		GATEWAY_ADDR="127.0.0.1:$GATEWAY_HOST_PORT" \
 		GATEWAY_HOST="$GATEWAY_HOST" \
-		CA_SECRET="cert-manager/runtime-watcher-ca" \
+		CA_SECRET="kcp-system/runtime-watcher-ca" \
 		INGRESS_NAMESPACE="istio-system" \
 		INGRESS_DEPLOYMENT="istio-ingressgateway" \
 		OPERATOR_NAMESPACE="$KYMA_NS" \

@@ -273,7 +273,7 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"env E2E_ENV=kind",
 		"env GATEWAY_ADDR=127.0.0.1:30443",
 		"env GATEWAY_HOST=runtime-watcher-kcp-control-plane",
-		"env CA_SECRET=cert-manager/runtime-watcher-ca",
+		"env CA_SECRET=kcp-system/runtime-watcher-ca",
 		"env INGRESS_DEPLOYMENT=istio-ingressgateway",
 		"env RUNTIME_ID=runtime-1",
 		"env SKR_DOMAIN=skr-1.local.example.com",

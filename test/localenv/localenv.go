@@ -45,7 +45,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
-	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -93,10 +92,11 @@ type Options struct {
 type System struct {
 	Env      *testenv.Env
 	KCP, SKR *testenv.Cluster
-	CA       *pki.CA
 	Dir      string
 	// GatewayAddr is host:port of the gateway stand-in (what SKRs post to).
 	GatewayAddr string
+	// WebhookMetricsURL is the skr-webhook's /metrics.
+	WebhookMetricsURL string
 	// Events carries every event the operator reported, in order.
 	Events <-chan ReceivedEvent
 
@@ -109,6 +109,7 @@ type System struct {
 	gwMu        sync.Mutex
 	gwStop      context.CancelFunc
 	gw          *gateway.Gateway
+	gwCreds     *gateway.SecretCredentials
 	certDir     string
 
 	// delivery.go: the skr-webhook's process and how to start it again,
@@ -163,22 +164,21 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		}
 	}
 
-	// cert-manager stand-in with its CA, and an Issuer object as a real
-	// KCP has one (manifests/kcp).
-	if s.CA, err = pki.NewCA("runtime-watcher-ca"); err != nil {
-		return s, err
-	}
-	// The runtime CA is a namespaced CA Issuer in vs-controller's
-	// namespace: only Certificates there can use it (ARCHITECTURE.md §3.9).
-	if err := certmanager.InstallCA(ctx, s.KCP.Client, s.CA, KymaNamespace, IssuerName); err != nil {
-		return s, err
+	// cert-manager stand-in and the PKI of manifests/kcp/base/pki.yaml:
+	// the runtime CA is a namespaced CA Issuer in vs-controller's namespace
+	// (only Certificates there can use it, ARCHITECTURE.md §3.9), the
+	// gateway's server certificate comes from its own CA in istio-system.
+	for _, obj := range pkiObjects() {
+		if err := s.KCP.Client.Create(ctx, obj); err != nil {
+			return s, fmt.Errorf("PKI %T %s: %w", obj, obj.GetName(), err)
+		}
 	}
 	cm, err := certmanager.NewManager(s.KCP.Config, certmanager.Options{Namespaces: []string{KymaNamespace, GatewayNamespace}})
 	if err != nil {
 		return s, err
 	}
 	s.goRun(func() error { return cm.Start(runCtx) })
-	s.step("cert-manager stand-in signs Certificates in %s with its CA", KymaNamespace)
+	s.step("cert-manager stand-in signs Certificates: runtime CA in %s, gateway CA in %s", KymaNamespace, GatewayNamespace)
 
 	replicas := max(o.OperatorReplicas, 1)
 	ports, err := freePorts(11 + 3*replicas)
@@ -193,6 +193,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	webhookListen, webhookHealth := addr(6), addr(7)
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
+	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
 	// Every binary is configured by flags only (--kubeconfig for the KCP).
 	p, err := s.start("ext-authz", binaries["ext-authz"], nil, nil,
@@ -262,7 +263,13 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		"--kcp-gateway-host", s.GatewayAddr,
 		"--skr-webhook-url", "https://localhost:"+strconv.Itoa(ports[6]),
 		"--skr-webhook-extra-dns-names", "localhost",
-		"--watcher-debounce", "100ms")
+		"--watcher-debounce", "100ms",
+		"--ca-secret", KymaNamespace+"/"+IssuerName,
+		"--gateway-ca-secret", GatewayNamespace+"/"+GatewayCAName,
+		"--gateway-client-ca-secret", GatewayNamespace+"/"+GatewayTLSSecret+"-cacert",
+		"--gateway-certificate", GatewayNamespace+"/"+GatewayTLSSecret,
+		"--ca-poll-interval", "1s", "--ca-settle", "12s",
+		"--certificate-duration", LeafDuration.String(), "--certificate-renew-before", LeafRenewBefore.String())
 	if err != nil {
 		return s, err
 	}
@@ -281,6 +288,13 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 	s.step("vs-controller obtained the runtime certificate and applied the webhook bundle to the SKR")
+	if err := poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
+		_, _, err := s.gwCreds.Get()
+		return err == nil, nil
+	}); err != nil {
+		return s, fmt.Errorf("gateway credentials from %s/%s and its -cacert: %w", GatewayNamespace, GatewayTLSSecret, err)
+	}
+	s.step("gateway stand-in serves with %s/%s and the client CA bundle vs-controller wrote", GatewayNamespace, GatewayTLSSecret)
 
 	caFile := filepath.Join(s.certDir, "ca.crt")
 	s.webhookBinary, s.webhookHealth, s.webhookAddr = binaries["skr-webhook"], webhookHealth, webhookListen
@@ -338,14 +352,13 @@ func readEvents(r io.Reader, out chan<- ReceivedEvent) error {
 
 // startGateway serves the gateway stand-in on the fixed gateway port.
 func (s *System) startGateway(ctx context.Context, authzAddr string, upstreams map[string]string) error {
-	serverLeaf, err := s.CA.Issue(pki.LeafOptions{CommonName: GatewayHost, DNSNames: []string{GatewayHost}})
-	if err != nil {
-		return err
-	}
-	serverCert, err := serverLeaf.TLS()
-	if err != nil {
-		return err
-	}
+	// As Istio does for credentialName kcp-gateway-tls: the key pair from
+	// that Secret, the client CA bundle from kcp-gateway-tls-cacert, both
+	// reloaded when they change.
+	s.gwCreds = &gateway.SecretCredentials{Reader: s.KCP.Client,
+		Server:   client.ObjectKey{Namespace: GatewayNamespace, Name: GatewayTLSSecret},
+		ClientCA: client.ObjectKey{Namespace: GatewayNamespace, Name: GatewayTLSSecret + "-cacert"}}
+	s.goRun(func() error { return s.gwCreds.Run(ctx) })
 	vsCache, err := cache.New(s.KCP.Config, cache.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		return err
@@ -358,7 +371,7 @@ func (s *System) startGateway(ctx context.Context, authzAddr string, upstreams m
 		return errors.New("gateway stand-in: VirtualService cache did not sync")
 	}
 	s.gw, err = gateway.New(gateway.Config{
-		ServerCert: serverCert, ClientCAs: s.CA.Pool(), AuthzAddr: authzAddr, AuthzTimeout: time.Second,
+		Credentials: s.gwCreds.Get, AuthzAddr: authzAddr, AuthzTimeout: time.Second,
 		Gateway: GatewayNamespace + "/" + GatewayName, VirtualServices: vsCache, Upstreams: upstreams,
 		Log: s.opts.Log.WithName("gateway"),
 	})
@@ -397,14 +410,18 @@ func (s *System) SetGatewayUp(up bool) error {
 	return nil
 }
 
-// GatewayTLS returns a client TLS config that trusts the gateway, with the
-// given client certificate (nil for none).
-func (s *System) GatewayTLS(cert *tls.Certificate) *tls.Config {
-	c := &tls.Config{RootCAs: s.CA.Pool(), ServerName: GatewayHost, MinVersion: tls.VersionTLS12}
+// GatewayTLS returns a client TLS config that trusts the gateway's CA (read
+// from the KCP now), with the given client certificate (nil for none).
+func (s *System) GatewayTLS(ctx context.Context, cert *tls.Certificate) (*tls.Config, error) {
+	roots, err := GatewayRoots(ctx, s.KCP.Client)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Config{RootCAs: roots, ServerName: GatewayHost, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		c.Certificates = []tls.Certificate{*cert}
 	}
-	return c
+	return c, nil
 }
 
 // applySamples creates the Gateway, the Watcher, the Kyma and its kubeconfig

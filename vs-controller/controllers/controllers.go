@@ -14,6 +14,7 @@ import (
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"golang.org/x/time/rate"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -48,6 +49,8 @@ type Options struct {
 	Issuer           cmmeta.IssuerReference
 	ExtraDNSNames    []string
 	Bundle           bundle.Options
+	// CertificateDuration, CertificateRenewBefore: see runtimes.Reconciler.
+	CertificateDuration, CertificateRenewBefore time.Duration
 
 	// Clients of the runtime clusters; runtimes.SKRClients() with
 	// SKRTimeout when nil.
@@ -59,6 +62,10 @@ type Options struct {
 	// Workers of the Watcher and runtime controllers (defaults when 0).
 	WatcherWorkers int
 	RuntimeWorkers int
+
+	// Trust: the CA rotation (docs/certificates.md); off when
+	// Trust.CASecret is empty.
+	Trust TrustOptions
 
 	// SkipNameValidation lets tests build several managers in one process.
 	SkipNameValidation bool
@@ -129,10 +136,18 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		KymaNamespace:           o.KymaNamespace,
 		Issuer:                  o.Issuer,
 		ExtraDNSNames:           o.ExtraDNSNames,
+		CertificateDuration:     o.CertificateDuration,
+		CertificateRenewBefore:  o.CertificateRenewBefore,
 		Bundle:                  o.Bundle,
 		WatcherDebounce:         o.WatcherDebounce,
 		Resync:                  o.Resync,
 		MaxConcurrentReconciles: o.RuntimeWorkers,
+	}
+	if rr.Trust, err = o.Trust.keeper(mgr, o.KymaNamespace); err != nil {
+		return nil, err
+	}
+	if o.Trust.RenewalsPerSecond > 0 {
+		rr.Renewals = rate.NewLimiter(rate.Limit(o.Trust.RenewalsPerSecond), 1)
 	}
 	if err := rr.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("runtime controller: %w", err)

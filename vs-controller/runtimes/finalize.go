@@ -95,4 +95,5 @@ func (r *Reconciler) removeBundle(ctx context.Context, skr client.Client) error 
 func (r *Reconciler) forget(runtimeKey string) {
 	r.Clients.Forget(runtimeKey)
 	r.memo.ForgetPrefix(runtimeKey + "|")
+	r.pushed.Delete(runtimeKey)
 }

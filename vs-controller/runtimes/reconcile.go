@@ -72,6 +72,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
+	trusted, ok := r.trustFor(ctx, kyma, id, tls)
+	if !ok {
+		return ctrl.Result{RequeueAfter: trustWait}, nil
+	}
+
 	skr, err := r.Clients.For(ctx, req.String(), kubeconfig)
 	if err != nil {
 		// A kubeconfig we refuse or cannot parse: retrying does not help,
@@ -80,7 +85,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		recordOutcome("invalid-kubeconfig")
 		return ctrl.Result{}, nil
 	}
-	wrote, err := r.applyBundle(ctx, req.String(), skr, tls)
+	wrote, err := r.applyBundle(ctx, req.String(), skr, &bundle.TLS{CA: trusted.gatewayCA, Cert: tls.Cert, Key: tls.Key}, trusted.caBundle)
 	if err != nil {
 		reason := ReasonBundleFailed
 		if isUnreachable(err) {
@@ -98,6 +103,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		recordOutcome("unchanged")
 	}
+	if wait, err := r.afterPush(ctx, kyma, req.String(), id, trusted); err != nil || wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, err
+	}
 	if r.Resync > 0 {
 		return ctrl.Result{RequeueAfter: r.Resync}, nil
 	}
@@ -108,7 +116,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // the desired one.
 func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, id, domain string) error {
 	dnsNames := append(r.Bundle.ServiceDNSNames(), r.ExtraDNSNames...)
-	desired, err := apply.Desired(certificates.Desired(kyma, id, domain, r.Issuer, dnsNames), certificates.GVK)
+	crt := certificates.Desired(kyma, id, domain, r.Issuer, dnsNames)
+	if r.CertificateDuration > 0 {
+		crt.Spec.Duration = &metav1.Duration{Duration: r.CertificateDuration}
+	}
+	if r.CertificateRenewBefore > 0 {
+		crt.Spec.RenewBefore = &metav1.Duration{Duration: r.CertificateRenewBefore}
+	}
+	desired, err := apply.Desired(crt, certificates.GVK)
 	if err != nil {
 		return err
 	}
@@ -129,13 +144,13 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, 
 }
 
 // desiredBundle is the SKR bundle in apply order, its webhook configuration
-// and managers ConfigMap built from all Watchers.
-func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS) ([]*unstructured.Unstructured, error) {
+// and managers ConfigMap built from all Watchers, with caBundle; tls.CA is the Secret's ca.crt.
+func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
 	var watchers v1beta2.WatcherList
 	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	vwc, err := r.webhooks.Desired(r.Bundle, watchers.Items, tls.CA)
+	vwc, err := r.webhooks.Desired(r.Bundle, watchers.Items, caBundle)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +161,8 @@ func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS) ([]*uns
 // returns how many it wrote. An object known to be up to date at its
 // current resourceVersion costs one metadata read; others are read in full
 // and compared.
-func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr client.Client, tls *bundle.TLS) (int, error) {
-	objs, err := r.desiredBundle(ctx, tls)
+func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr client.Client, tls *bundle.TLS, caBundle []byte) (int, error) {
+	objs, err := r.desiredBundle(ctx, tls, caBundle)
 	if err != nil {
 		return 0, err
 	}

@@ -20,9 +20,11 @@
 package runtimes
 
 import (
+	"sync"
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,6 +81,10 @@ type Reconciler struct {
 	// ExtraDNSNames are added to every Certificate (local/testing aid, e.g.
 	// "localhost" when the skr-webhook runs as a local process).
 	ExtraDNSNames []string
+	// CertificateDuration and CertificateRenewBefore set the runtime
+	// Certificates' lifetime; cert-manager's defaults (90 days, a third of
+	// it) when 0.
+	CertificateDuration, CertificateRenewBefore time.Duration
 	// Bundle shapes the SKR objects.
 	Bundle bundle.Options
 	// WatcherDebounce delays the re-reconcile of every runtime after a
@@ -91,8 +97,15 @@ type Reconciler struct {
 	// MaxConcurrentReconciles; 8 when 0. Runtimes are independent: a slow
 	// or unreachable one holds one worker for at most the client timeout.
 	MaxConcurrentReconciles int
+	// Trust keeps the CA trust bundles (CA rotation, docs/certificates.md);
+	// nil: the SKR's caBundle and ca.crt are the runtime certificate's ca.crt.
+	Trust *TrustKeeper
+	// Renewals limits the renewal requests of runtime certificates after a
+	// CA rotation; 5 per second when nil.
+	Renewals *rate.Limiter
 
 	memo     apply.Memo
+	pushed   sync.Map // runtime key -> pushedRuntime
 	webhooks bundle.WebhookConfigurations
 }
 
@@ -100,6 +113,11 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas/finalizers,verbs=update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cert-manager.io,namespace=kcp-system,resources=certificates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=cert-manager.io,namespace=kcp-system,resources=certificates/status,verbs=patch
+// +kubebuilder:rbac:groups=cert-manager.io,namespace=istio-system,resources=certificates,verbs=get
+// +kubebuilder:rbac:groups=cert-manager.io,namespace=istio-system,resources=certificates/status,verbs=patch
+// +kubebuilder:rbac:groups="",namespace=kcp-system,resources=configmaps,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=istio-system,resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

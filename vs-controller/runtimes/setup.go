@@ -6,6 +6,7 @@ import (
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -48,8 +50,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if r.Renewals == nil {
+		r.Renewals = rate.NewLimiter(5, 1)
+	}
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Trust != nil {
+		// A changed trust bundle re-reconciles every runtime.
+		r.Trust.init(r)
+		if err := mgr.Add(r.Trust); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Channel[client.Object](r.Trust.changed, &allKymas{r: r}))
+	}
+	return b.
 		Named(ControllerName).
 		For(NewKyma(), builder.WithPredicates(inNamespace, predicate.Funcs{UpdateFunc: kymaChanged})).
 		// Owns() needs the owner kind in the scheme; the Kyma is read as

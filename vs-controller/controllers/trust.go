@@ -1,0 +1,91 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+)
+
+// TrustOptions configure the CA rotation (docs/certificates.md).
+type TrustOptions struct {
+	// CASecret is the runtime CA's Secret; the rotation is off when empty.
+	CASecret types.NamespacedName
+	// GatewayCASecret is the gateway CA's Secret; empty: the SKR Secret's
+	// ca.crt is the runtime certificate's ca.crt (the gateway's server
+	// certificate is signed by the runtime CA).
+	GatewayCASecret types.NamespacedName
+	// GatewayClientCASecret receives the runtime CA bundle (Istio's
+	// <credentialName>-cacert); none written when empty.
+	GatewayClientCASecret types.NamespacedName
+	// GatewayCertificate is the gateway's server Certificate, renewed once
+	// every runtime trusts a new gateway CA; none when empty.
+	GatewayCertificate types.NamespacedName
+	// Store names the ConfigMaps (in the Kyma namespace) remembering the
+	// CAs seen: <Store>-runtime and <Store>-gateway.
+	Store string
+	// RenewalsPerSecond limits runtime certificate renewal requests; 5 when 0.
+	RenewalsPerSecond float64
+	// Interval between refreshes of the CA Secrets; 5s when 0.
+	Interval time.Duration
+	// Settle: see runtimes.TrustKeeper.
+	Settle time.Duration
+}
+
+// DefaultTrustStore is the default Store.
+const DefaultTrustStore = "runtime-watcher-trust"
+
+// ParseObjectKey reads "namespace/name", or "name" in namespace def; empty
+// gives the zero key.
+func ParseObjectKey(s, def string) (types.NamespacedName, error) {
+	if s == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, found := strings.Cut(s, "/")
+	if !found {
+		ns, name = def, s
+	}
+	if ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%q: want namespace/name or name", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// keeper builds the trust keeper; nil when the rotation is off.
+func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.TrustKeeper, error) {
+	if o.CASecret.Name == "" {
+		return nil, nil
+	}
+	if o.Store == "" {
+		o.Store = DefaultTrustStore
+	}
+	// CA Secrets, the trust stores and the gateway's Secrets are a handful
+	// of objects outside the cache: read them directly.
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, err
+	}
+	log := ctrl.Log.WithName("trust")
+	rec := mgr.GetEventRecorderFor("vs-controller")
+	k := &runtimes.TrustKeeper{
+		Runtime: &trust.Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log,
+			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-runtime"}},
+		Client:             c,
+		ClientCASecret:     o.GatewayClientCASecret,
+		GatewayCertificate: o.GatewayCertificate,
+		Interval:           o.Interval,
+		Settle:             o.Settle,
+		Log:                log,
+	}
+	if o.GatewayCASecret.Name != "" {
+		k.Gateway = &trust.Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log,
+			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-gateway"}}
+	}
+	return k, nil
+}

@@ -1,0 +1,476 @@
+package runtimes
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+)
+
+// ExpiringSoon is how close to its not-after a runtime certificate is
+// reported (log, Event, runtime_watcher_vs_controller_runtimes_certificate_expiring_soon).
+const ExpiringSoon = 7 * 24 * time.Hour
+
+// TrustKeeper keeps the runtime CA and gateway CA trust bundles
+// (docs/certificates.md): it refreshes both anchors (every Interval and when
+// poked), writes the runtime CA bundle into the gateway's client-CA Secret,
+// then publishes the bundles to the runtime reconciler and re-reconciles
+// every runtime when one changed. It requests the renewal of the gateway's
+// server certificate once every runtime holds the current gateway CA, and
+// fills the certificate expiry metrics. It runs on the leader only.
+type TrustKeeper struct {
+	// Runtime is the runtime CA's anchor (required); Gateway the gateway
+	// CA's (nil: the SKR Secret's ca.crt is the runtime certificate's
+	// ca.crt, a single-CA setup).
+	Runtime, Gateway *trust.Anchor
+	// Client writes the client-CA Secret and requests the gateway
+	// certificate's renewal; it reads uncached.
+	Client client.Client
+	// ClientCASecret is the gateway's client CA Secret (Istio's
+	// <credentialName>-cacert, key ca.crt); none written when empty.
+	ClientCASecret types.NamespacedName
+	// GatewayCertificate is the gateway's server Certificate; it is renewed
+	// by the new gateway CA once every runtime trusts it. Nothing is renewed
+	// when empty.
+	GatewayCertificate types.NamespacedName
+	// Interval between refreshes; 5s when 0.
+	Interval time.Duration
+	// Settle is how long a new CA must have been in the trust anchors
+	// before certificates are re-issued by it: the time a change of a
+	// written Secret takes to reach the processes that use it (kubelet's
+	// Secret volume sync, Istio's SDS push, the webhook's ca.crt reload).
+	// Runtime certificates are renewed once the client CA Secret held the
+	// new runtime CA for Settle; the gateway certificate once every runtime
+	// held the new gateway CA for Settle.
+	Settle time.Duration
+	Log    logr.Logger
+
+	r       *Reconciler
+	changed chan event.GenericEvent
+	poke    chan struct{}
+	state   atomic.Pointer[published]
+	leaves  sync.Map // Secret name -> parsedLeaf
+
+	// gatewayHeldSince: when every runtime first held gatewayHeldCA.
+	gatewayHeldCA    string
+	gatewayHeldSince time.Time
+	// The gateway certificate's CA, the one before and when it changed.
+	gatewayLeafCA, gatewayPrevCA string
+	gatewayChangedAt             time.Time
+}
+
+// pushedRuntime is what a runtime's SKR was last given: the gateway CAs of
+// its ca.crt, and the CA of its certificate (and of the one before, which
+// its webhook may still be serving until Settle has passed).
+type pushedRuntime struct {
+	gatewayFP          string
+	leafCA, prevLeafCA string
+	changedAt          time.Time
+}
+
+// published is what the reconciler uses: a runtime CA bundle that the
+// gateway's client-CA Secret already holds, and the gateway CA bundle.
+type published struct {
+	runtimeBundle  []byte
+	runtimeCAs     []*x509.Certificate
+	runtimeCurrent *x509.Certificate
+	// runtimeSince: when runtimeBundle was written to the client CA Secret.
+	runtimeSince   time.Time
+	gatewayBundle  []byte
+	gatewayCAs     []*x509.Certificate
+	gatewayCurrent *x509.Certificate
+}
+
+type parsedLeaf struct {
+	resourceVersion string
+	cert            *x509.Certificate
+}
+
+func (k *TrustKeeper) init(r *Reconciler) {
+	k.r = r
+	k.changed = make(chan event.GenericEvent, 1)
+	k.poke = make(chan struct{}, 1)
+	if k.Interval <= 0 {
+		k.Interval = 5 * time.Second
+	}
+	if k.Runtime != nil && k.Runtime.InUse == nil {
+		k.Runtime.InUse = k.runtimeCAsInUse
+	}
+	if k.Gateway != nil && k.Gateway.InUse == nil {
+		k.Gateway.InUse = k.gatewayCAsInUse
+	}
+}
+
+// Poke asks for a refresh now (a runtime certificate signed by a CA not in
+// the bundle yet).
+func (k *TrustKeeper) Poke() {
+	select {
+	case k.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (k *TrustKeeper) current() *published { return k.state.Load() }
+
+// Start refreshes until ctx ends.
+func (k *TrustKeeper) Start(ctx context.Context) error {
+	t := time.NewTicker(k.Interval)
+	defer t.Stop()
+	for {
+		k.Sync(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-k.poke:
+		}
+	}
+}
+
+// Sync is one pass: refresh, publish, renew the gateway certificate, fill
+// the metrics.
+func (k *TrustKeeper) Sync(ctx context.Context) {
+	prev := k.current()
+	next := &published{}
+	if prev != nil {
+		*next = *prev
+	}
+	if _, err := k.Runtime.Refresh(ctx); err != nil {
+		k.Log.Error(err, "refresh the runtime CA trust bundle")
+	}
+	if b := k.Runtime.Bundle(); b != nil && (prev == nil || !bytes.Equal(b, prev.runtimeBundle)) {
+		// The gateway must trust a CA before any runtime certificate it
+		// signs reaches an SKR: publish only what the client-CA Secret holds.
+		if err := k.writeClientCA(ctx, b); err != nil {
+			k.Log.Error(err, "write the gateway's client CA Secret; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String())
+		} else {
+			next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
+			next.runtimeSince = time.Now()
+		}
+	} else if b != nil {
+		next.runtimeCAs, next.runtimeCurrent = k.Runtime.CAs(), k.Runtime.Current()
+	}
+	if k.Gateway != nil {
+		if _, err := k.Gateway.Refresh(ctx); err != nil {
+			k.Log.Error(err, "refresh the gateway CA trust bundle")
+		}
+		if b := k.Gateway.Bundle(); b != nil {
+			next.gatewayBundle, next.gatewayCAs, next.gatewayCurrent = b, k.Gateway.CAs(), k.Gateway.Current()
+		}
+	}
+	k.state.Store(next)
+	if prev == nil || !bytes.Equal(prev.runtimeBundle, next.runtimeBundle) || !bytes.Equal(prev.gatewayBundle, next.gatewayBundle) {
+		k.Log.Info("trust bundles published; every runtime is re-reconciled", "runtimeCAs", len(next.runtimeCAs), "gatewayCAs", len(next.gatewayCAs))
+		select {
+		case k.changed <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
+		default: // one pending event re-reconciles every runtime already
+		}
+	}
+	k.scanLeaves(ctx, next)
+	if err := k.renewGatewayCertificate(ctx, next); err != nil {
+		k.Log.Error(err, "renew the gateway certificate", "certificate", k.GatewayCertificate.String())
+	}
+}
+
+func (k *TrustKeeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
+	if k.ClientCASecret.Name == "" {
+		return nil
+	}
+	s := &corev1.Secret{}
+	err := k.Client.Get(ctx, k.ClientCASecret, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		s = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: k.ClientCASecret.Namespace, Name: k.ClientCASecret.Name,
+				Labels: map[string]string{contract.LabelManagedBy: FieldOwner}},
+			Data: map[string][]byte{"ca.crt": bundlePEM},
+		}
+		if err := k.Client.Create(ctx, s); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case bytes.Equal(s.Data["ca.crt"], bundlePEM):
+		return nil
+	default:
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		s.Data["ca.crt"] = bundlePEM
+		if err := k.Client.Update(ctx, s); err != nil {
+			return err
+		}
+	}
+	recordWrite("gateway-client-ca")
+	k.Log.Info("gateway client CA Secret written", "secret", k.ClientCASecret.String(), "cas", bytes.Count(bundlePEM, []byte("BEGIN CERTIFICATE")))
+	return nil
+}
+
+// leaf is the runtime certificate in a Certificate Secret, parsed once per
+// resourceVersion.
+func (k *TrustKeeper) leaf(s *corev1.Secret) *x509.Certificate {
+	if v, ok := k.leaves.Load(s.Name); ok && v.(parsedLeaf).resourceVersion == s.ResourceVersion {
+		return v.(parsedLeaf).cert
+	}
+	certs, _ := trust.ParseBundle(s.Data[corev1.TLSCertKey])
+	var c *x509.Certificate
+	if len(certs) > 0 {
+		c = certs[0]
+	}
+	k.leaves.Store(s.Name, parsedLeaf{resourceVersion: s.ResourceVersion, cert: c})
+	return c
+}
+
+// runtimeLeaves are the runtime certificates in the Kyma namespace (cached
+// reads).
+func (k *TrustKeeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certificate, error) {
+	var list corev1.SecretList
+	if err := k.r.Client.List(ctx, &list, client.InNamespace(k.r.KymaNamespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := map[string]*x509.Certificate{}
+	for i := range list.Items {
+		s := &list.Items[i]
+		id, ok := certificates.RuntimeIDOfSecret(s.Name)
+		if !ok {
+			continue
+		}
+		if c := k.leaf(s); c != nil {
+			out[id] = c
+		}
+	}
+	return out, nil
+}
+
+// runtimeCAsInUse: a CA is in use while a runtime certificate in the KCP is
+// signed by it, or one given to an SKR (the one before for Settle after
+// the change: the webhook may still serve it). While a runtime's SKR state
+// is unknown (after a restart, an unreachable runtime), every CA is in use.
+func (k *TrustKeeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
+	used := make([]bool, len(cas))
+	all := func() ([]bool, error) {
+		for i := range used {
+			used[i] = true
+		}
+		return used, nil
+	}
+	leaves, err := k.runtimeLeaves(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range leaves {
+		if i := trust.SignedBy(l, cas); i >= 0 {
+			used[i] = true
+		}
+	}
+	kymas := newKymaList()
+	if err := k.r.Client.List(ctx, kymas, client.InNamespace(k.r.KymaNamespace)); err != nil {
+		return nil, err
+	}
+	index := map[string]int{}
+	for i, c := range cas {
+		index[trust.Fingerprint(c)] = i
+	}
+	for i := range kymas.Items {
+		ky := &kymas.Items[i]
+		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
+			continue
+		}
+		v, ok := k.r.pushed.Load(client.ObjectKeyFromObject(ky).String())
+		if !ok {
+			return all()
+		}
+		pr := v.(pushedRuntime)
+		if j, ok := index[pr.leafCA]; ok {
+			used[j] = true
+		}
+		if j, ok := index[pr.prevLeafCA]; ok && time.Since(pr.changedAt) < k.Settle {
+			used[j] = true
+		}
+	}
+	return used, nil
+}
+
+// gatewayCAsInUse: a gateway CA is in use while it signs the gateway's
+// server certificate.
+func (k *TrustKeeper) gatewayCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
+	used := make([]bool, len(cas))
+	leaf, err := k.gatewayLeaf(ctx)
+	if err != nil || leaf == nil {
+		// Unknown: keep every CA.
+		for i := range used {
+			used[i] = true
+		}
+		return used, err
+	}
+	fp := ""
+	if i := trust.SignedBy(leaf, cas); i >= 0 {
+		used[i], fp = true, trust.Fingerprint(cas[i])
+	}
+	if fp != k.gatewayLeafCA {
+		k.gatewayPrevCA, k.gatewayLeafCA, k.gatewayChangedAt = k.gatewayLeafCA, fp, time.Now()
+	}
+	// The gateway may serve the certificate before for Settle (Istio's
+	// SDS push): keep its CA in the SKRs' ca.crt meanwhile.
+	for i, c := range cas {
+		if trust.Fingerprint(c) == k.gatewayPrevCA && time.Since(k.gatewayChangedAt) < k.Settle {
+			used[i] = true
+		}
+	}
+	return used, nil
+}
+
+func (k *TrustKeeper) gatewayCertificate(ctx context.Context) (*certmanagerv1.Certificate, error) {
+	if k.GatewayCertificate.Name == "" {
+		return nil, nil
+	}
+	crt := &certmanagerv1.Certificate{}
+	if err := k.Client.Get(ctx, k.GatewayCertificate, crt); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return crt, nil
+}
+
+func (k *TrustKeeper) gatewayLeaf(ctx context.Context) (*x509.Certificate, error) {
+	crt, err := k.gatewayCertificate(ctx)
+	if err != nil || crt == nil {
+		return nil, err
+	}
+	s := &corev1.Secret{}
+	if err := k.Client.Get(ctx, client.ObjectKey{Namespace: crt.Namespace, Name: crt.Spec.SecretName}, s); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	certs, _ := trust.ParseBundle(s.Data[corev1.TLSCertKey])
+	if len(certs) == 0 {
+		return nil, nil
+	}
+	return certs[0], nil
+}
+
+// renewGatewayCertificate requests a new gateway server certificate when it
+// is not signed by the current gateway CA and every runtime holds that CA
+// (evidence, not a timer).
+func (k *TrustKeeper) renewGatewayCertificate(ctx context.Context, p *published) error {
+	if k.Gateway == nil || p.gatewayCurrent == nil || k.GatewayCertificate.Name == "" {
+		return nil
+	}
+	leaf, err := k.gatewayLeaf(ctx)
+	if err != nil || leaf == nil || trust.SignedBy(leaf, []*x509.Certificate{p.gatewayCurrent}) == 0 {
+		return err
+	}
+	kymas := newKymaList()
+	if err := k.r.Client.List(ctx, kymas, client.InNamespace(k.r.KymaNamespace)); err != nil {
+		return err
+	}
+	want := trust.Fingerprint(p.gatewayCurrent)
+	waiting := 0
+	for i := range kymas.Items {
+		ky := &kymas.Items[i]
+		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
+			continue
+		}
+		held, _ := k.r.pushed.Load(client.ObjectKeyFromObject(ky).String())
+		if pr, _ := held.(pushedRuntime); !strings.Contains(pr.gatewayFP, ","+want+",") {
+			waiting++
+		}
+	}
+	if waiting > 0 {
+		k.gatewayHeldCA = ""
+		k.Log.V(1).Info("gateway certificate waits for runtimes to trust the new gateway CA", "runtimes", waiting)
+		return nil
+	}
+	if k.gatewayHeldCA != want {
+		k.gatewayHeldCA, k.gatewayHeldSince = want, time.Now()
+	}
+	if time.Since(k.gatewayHeldSince) < k.Settle {
+		return nil // the SKRs' webhooks load their ca.crt meanwhile
+	}
+	crt, err := k.gatewayCertificate(ctx)
+	if err != nil || crt == nil {
+		return err
+	}
+	requested, err := requestIssuing(ctx, k.Client, crt)
+	if requested {
+		metrics.RenewalsRequested.Inc()
+		k.Log.Info("every runtime trusts the new gateway CA: renewal of the gateway certificate requested", "certificate", k.GatewayCertificate.String(), "ca", want)
+	}
+	return err
+}
+
+// scanLeaves fills the per-runtime certificate metrics and counts runtimes
+// on an old CA and certificates that expire soon.
+func (k *TrustKeeper) scanLeaves(ctx context.Context, p *published) {
+	leaves, err := k.runtimeLeaves(ctx)
+	if err != nil {
+		k.Log.Error(err, "list runtime certificates for the expiry metrics")
+		return
+	}
+	now := time.Now()
+	onOld, soon := 0, 0
+	metrics.RuntimeCertNotAfter.Reset()
+	for id, l := range leaves {
+		ca := "unknown"
+		if i := trust.SignedBy(l, p.runtimeCAs); i >= 0 {
+			ca = trust.Fingerprint(p.runtimeCAs[i])
+		}
+		metrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
+		if p.runtimeCurrent != nil && trust.SignedBy(l, []*x509.Certificate{p.runtimeCurrent}) != 0 {
+			onOld++
+		}
+		if l.NotAfter.Sub(now) < ExpiringSoon {
+			soon++
+		}
+	}
+	metrics.RuntimesOnOldCA.Set(float64(onOld))
+	metrics.RuntimesExpiringSoon.Set(float64(soon))
+}
+
+// requestIssuing sets the Issuing condition, as `cmctl renew` does; false
+// when it is already set.
+func requestIssuing(ctx context.Context, c client.Client, crt *certmanagerv1.Certificate) (bool, error) {
+	for _, cond := range crt.Status.Conditions {
+		if cond.Type == certmanagerv1.CertificateConditionIssuing && cond.Status == "True" {
+			return false, nil
+		}
+	}
+	orig := crt.DeepCopy()
+	now := metav1.Now()
+	crt.Status.Conditions = append(crt.Status.Conditions, certmanagerv1.CertificateCondition{
+		Type: certmanagerv1.CertificateConditionIssuing, Status: "True", LastTransitionTime: &now,
+		Reason: "ManuallyTriggered", Message: "Certificate re-issuance requested by vs-controller: a newer CA exists",
+		ObservedGeneration: crt.Generation,
+	})
+	if err := c.Status().Patch(ctx, crt, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("request renewal of Certificate %s/%s: %w", crt.Namespace, crt.Name, err)
+	}
+	recordWrite("certificate-renewal")
+	return true, nil
+}
+
+// gatewayFingerprints is ",fp1,fp2,…," of the CAs in a gateway bundle.
+func gatewayFingerprints(cas []*x509.Certificate) string {
+	var b strings.Builder
+	b.WriteString(",")
+	for _, c := range cas {
+		b.WriteString(trust.Fingerprint(c) + ",")
+	}
+	return b.String()
+}
