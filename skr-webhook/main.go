@@ -134,7 +134,8 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	dcfg := cfg.dispatcherConfig()
 	dcfg.Registerer = reg
 	a.dispatcher = delivery.New(dcfg, sender, log.WithName("delivery"))
-	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg))
+	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg)).
+		LimitInFlight(cfg.maxInFlight, overflowRequester(a.dispatcher, log))
 
 	mux := http.NewServeMux()
 	mux.Handle(contract.ValidatePathPrefix, a.handler)
@@ -175,6 +176,18 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 		}
 	}
 	return a, nil
+}
+
+// overflowRequester is the dispatcher when it can schedule overflow resyncs
+// (an Overflow(manager) method, ARCHITECTURE.md §3.8); otherwise reviews
+// answered unread are only counted (admission result "overflow") and the
+// start-up log says so.
+func overflowRequester(d any, log logr.Logger) admission.OverflowRequester {
+	if o, ok := d.(admission.OverflowRequester); ok {
+		return o
+	}
+	log.Info("this build cannot request overflow resyncs: reviews past --max-reviews-in-flight are only counted")
+	return admission.OverflowFunc(func(string) {})
 }
 
 func (a *app) closeListeners() {

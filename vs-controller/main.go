@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
@@ -72,6 +73,11 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("vs-controller")
+	if limit, source, err := memlimit.Apply(os.Getenv, memlimit.CgroupRoot, memlimit.DefaultRatio); err != nil {
+		log.Info("no soft memory limit from the cgroup", "error", err.Error())
+	} else {
+		log.Info("soft memory limit", "limit", memlimit.String(limit), "source", source)
+	}
 
 	if issuerName == "" || o.Bundle.KCPAddr == "" {
 		fmt.Fprintln(os.Stderr, "--issuer-name and --kcp-gateway-host are required")
