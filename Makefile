@@ -38,9 +38,10 @@ run: build envtest-assets ## Bring up KCP and SKR API servers and the whole syst
 	exec $(BIN)/run
 
 .PHONY: test
-test: envtest-assets verify ## Unit, integration and e2e tests against real API servers.
+test: envtest-assets verify ## Unit, integration and e2e tests against real API servers, then every fuzz target briefly.
 	go test $(GO_TEST_FLAGS) ./...
 	cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory fuzz-short
 
 ##@ Development
 
@@ -65,13 +66,21 @@ bench-compare: envtest-assets ## ext-authz vs always-allow vs OPA, listener vs n
 	$(BIN)/benchcompare -n $(BENCH_COMPARE_N) -out $(BIN)/bench-compare.md
 
 FUZZTIME ?= 10m
+# fuzz-short (part of `make test`, so CI runs it): 5 targets x 25 s, about 2.5 minutes.
+FUZZTIME_SHORT ?= 25s
+
+# package:target of every fuzz target.
+FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./identity/:FuzzIsDNS1123Subdomain \
+	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.
-	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./identity/xfcc/
-	go test -run '^$$' -fuzz '^FuzzDecodeCert$$' -fuzztime $(FUZZTIME) ./identity/xfcc/
-	go test -run '^$$' -fuzz '^FuzzIsDNS1123Subdomain$$' -fuzztime $(FUZZTIME) ./identity/
-	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./skr-webhook/admission/
+	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+	  go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; done
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target for FUZZTIME_SHORT each (default 25s; `make test` and CI run this).
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
 .PHONY: verify
 verify: lint verify-generated ## golangci-lint, then check that generated code, CRDs, RBAC and go.mod are up to date.

@@ -28,6 +28,8 @@ type options struct {
 	caFile        string
 	apiTimeout    time.Duration
 	shutdownGrace time.Duration
+	maxStreams    uint
+	maxConns      int
 	zap           zap.Options
 	version       bool // print the version and exit
 
@@ -54,6 +56,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.StringVar(&o.caFile, "ca-file", "", "optional PEM file of the CA client certificates must chain to (defence in depth; the gateway verifies first)")
 	fs.DurationVar(&o.apiTimeout, "api-timeout", 10*time.Second, "how long to wait for the API server at start-up before failing")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight Checks may take on SIGTERM")
+	fs.UintVar(&o.maxStreams, "max-concurrent-streams", 128, "concurrent Checks per gRPC connection (HTTP/2 streams); each holds at most one 256 KiB message")
+	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
 
@@ -83,6 +87,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if o.apiTimeout <= 0 || o.shutdownGrace <= 0 {
 		return nil, errors.New("--api-timeout and --shutdown-grace must be positive")
+	}
+	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 {
+		return nil, errors.New("--max-concurrent-streams and --max-connections must be between 1 and 4096")
 	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -126,11 +127,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	verifier := &pinning.Verifier{Lookup: kymas, Roots: o.roots}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
-	grpcServer := grpc.NewServer(
-		grpc.MaxRecvMsgSize(4<<20),
-		// Envoy may ping idle connections; do not answer that with GOAWAY.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	grpcServer := grpc.NewServer(serverOptions(o)...)
 	authv3.RegisterAuthorizationServer(grpcServer, authz)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthSrv)
@@ -156,7 +153,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	defer cancel()
 	errc := make(chan error, 4)
 	go func() { errc <- wrap("Kyma reflector", kymas.Run(ctx, cfg, kymaResource, o.kymaNamespace)) }()
-	go func() { errc <- wrap("gRPC server", grpcServer.Serve(grpcLis)) }()
+	go func() { errc <- wrap("gRPC server", grpcServer.Serve(netutil.LimitListener(grpcLis, o.maxConns))) }()
 	go func() { errc <- wrap("health server", healthHTTP.Serve(healthLis)) }()
 	go func() { errc <- wrap("metrics server", metricsHTTP.Serve(metricsLis)) }()
 	go func() {
@@ -197,6 +194,36 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	_ = metricsHTTP.Shutdown(sctx)
 	cancel()
 	return runErr
+}
+
+// MaxCheckBytes bounds one gRPC message (ARCHITECTURE.md §3.10): a
+// CheckRequest with the XFCC header and the route is a few KiB; gRPC refuses
+// a larger message from its length prefix, before reading or decoding it.
+const MaxCheckBytes = 256 << 10
+
+// serverOptions bound what one caller can make ext-authz hold: message size,
+// streams per connection, flow-control windows (fixed, so a connection
+// buffers at most 1 MiB unread), and keepalive (idle and ageing connections
+// closed, pings more often than every 10 s without a stream answered with
+// GOAWAY).
+func serverOptions(o *options) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxCheckBytes),
+		grpc.MaxSendMsgSize(MaxCheckBytes),
+		grpc.MaxConcurrentStreams(uint32(min(o.maxStreams, 4096))),
+		grpc.InitialWindowSize(64 << 10),
+		grpc.InitialConnWindowSize(1 << 20),
+		grpc.MaxHeaderListSize(64 << 10),
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: false}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     5 * time.Minute,
+			MaxConnectionAge:      30 * time.Minute,
+			MaxConnectionAgeGrace: 30 * time.Second,
+			Time:                  2 * time.Minute,
+			Timeout:               20 * time.Second,
+		}),
+	}
 }
 
 // wrap labels an error of a component that stopped; a component that stops

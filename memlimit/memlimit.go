@@ -5,8 +5,10 @@
 // debug.SetMemoryLimit, so the garbage collector works harder before the
 // kernel's OOM killer would. Without a cgroup limit nothing changes.
 //
-// The manifests also set GOMEMLIMIT from the container's limit through the
-// downward API (resourceFieldRef limits.memory); the variable wins.
+// The manifests pass the container's limit through the downward API
+// (resourceFieldRef limits.memory) as MEMORY_LIMIT, in bytes; Apply takes the
+// same fraction of it (a GOMEMLIMIT equal to the hard limit would leave no
+// room for what the Go runtime does not count). GOMEMLIMIT, when set, wins.
 package memlimit
 
 import (
@@ -37,13 +39,19 @@ const unlimited = int64(1) << 62
 type Source string
 
 const (
-	SourceEnv    Source = "GOMEMLIMIT" // the environment variable; Go applied it
-	SourceCgroup Source = "cgroup"     // Apply set it from the cgroup limit
-	SourceNone   Source = "none"       // no limit found; Go's default (none)
+	SourceEnv    Source = "GOMEMLIMIT"   // the environment variable; Go applied it
+	SourceLimit  Source = "MEMORY_LIMIT" // Apply set it from ContainerLimitEnv
+	SourceCgroup Source = "cgroup"       // Apply set it from the cgroup limit
+	SourceNone   Source = "none"         // no limit found; Go's default (none)
 )
 
-// Apply sets the soft memory limit to ratio × the cgroup limit found under
-// cgroupRoot, unless getenv("GOMEMLIMIT") is set. It returns the limit in
+// ContainerLimitEnv is the variable the manifests fill with the container's
+// memory limit in bytes (downward API resourceFieldRef limits.memory).
+const ContainerLimitEnv = "MEMORY_LIMIT"
+
+// Apply sets the soft memory limit to ratio × getenv(ContainerLimitEnv) when
+// that is a positive number of bytes, else to ratio × the cgroup limit found
+// under cgroupRoot, unless getenv("GOMEMLIMIT") is set. It returns the limit in
 // effect (math.MaxInt64 when none) and where it came from. An unreadable
 // cgroup is an error only when a limit file exists but cannot be parsed.
 func Apply(getenv func(string) string, cgroupRoot string, ratio float64) (int64, Source, error) {
@@ -52,6 +60,16 @@ func Apply(getenv func(string) string, cgroupRoot string, ratio float64) (int64,
 	}
 	if ratio <= 0 || ratio > 1 {
 		return 0, SourceNone, fmt.Errorf("memory limit ratio %v: want (0, 1]", ratio)
+	}
+	if v := getenv(ContainerLimitEnv); v != "" {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err == nil && n > 0 && n < unlimited {
+			soft := int64(float64(n) * ratio)
+			debug.SetMemoryLimit(soft)
+			return soft, SourceLimit, nil
+		}
+		// Not a limit (unset limits.memory gives the node's allocatable):
+		// fall back to the cgroup.
 	}
 	limit, err := CgroupLimit(cgroupRoot)
 	if err != nil || limit <= 0 {

@@ -101,3 +101,28 @@ func TestApplyWithoutCgroupLimitChangesNothing(t *testing.T) {
 		t.Fatalf("String: %s %s", String(math.MaxInt64), String(90<<20))
 	}
 }
+
+func TestApplyTakesNinetyPercentOfMEMORY_LIMIT(t *testing.T) {
+	restoreLimit(t)
+	root := fakeCgroup(t, map[string]string{"memory.max": "max"})
+	env := func(k string) string {
+		if k == ContainerLimitEnv {
+			return "134217728" // 128Mi, as the downward API writes it
+		}
+		return ""
+	}
+	limit, src, err := Apply(env, root, DefaultRatio)
+	limitBytes := float64(134217728)
+	if want := int64(limitBytes * DefaultRatio); err != nil || src != SourceLimit || limit != want || debug.SetMemoryLimit(-1) != want {
+		t.Fatalf("Apply with %s: %d %s %v; runtime limit %d", ContainerLimitEnv, limit, src, err, debug.SetMemoryLimit(-1))
+	}
+	bad := func(k string) string {
+		if k == ContainerLimitEnv {
+			return "128Mi"
+		}
+		return ""
+	}
+	if _, src, _ := Apply(bad, fakeCgroup(t, map[string]string{"memory.max": "104857600"}), DefaultRatio); src != SourceCgroup {
+		t.Fatalf("unparsable %s: source %s, want the cgroup", ContainerLimitEnv, src)
+	}
+}

@@ -28,6 +28,7 @@ type config struct {
 
 	queueSize        int
 	workers          int
+	maxInFlight      int
 	maxRetryAge      time.Duration
 	retryBaseDelay   time.Duration
 	retryMaxDelay    time.Duration
@@ -67,6 +68,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(fs.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
 	fs.IntVar(&c.queueSize, "queue-size", 10000, "pending deliveries held; when full the oldest is dropped and an overflow resync requested for its manager")
 	fs.IntVar(&c.workers, "workers", 16, "concurrent deliveries to the KCP")
+	fs.IntVar(&c.maxInFlight, "max-reviews-in-flight", 4, "admission reviews read and decoded at once (each up to 7 MiB); beyond it a review is answered allowed unread and its manager gets an overflow resync")
 	fs.DurationVar(&c.maxRetryAge, "max-retry-age", time.Hour, "stop retrying an event whose newest change is older than this; an expired resync replaces it")
 	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", 200*time.Millisecond, "first retry delay (doubles per attempt, with jitter)")
 	fs.DurationVar(&c.retryMaxDelay, "retry-max-delay", 30*time.Second, "largest retry delay (a Retry-After is honoured up to this)")
@@ -117,6 +119,9 @@ func (c *config) validate(clientDefaulted bool) error {
 	}
 	if c.queueSize < 1 {
 		errs = append(errs, errors.New("--queue-size must be at least 1"))
+	}
+	if c.maxInFlight < 1 || c.maxInFlight > 64 {
+		errs = append(errs, errors.New("--max-reviews-in-flight must be between 1 and 64"))
 	}
 	if c.workers < 1 || c.workers > 1024 {
 		errs = append(errs, errors.New("--workers must be between 1 and 1024"))

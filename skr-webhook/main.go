@@ -137,7 +137,8 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	dcfg := cfg.dispatcherConfig()
 	dcfg.Registerer = reg
 	a.dispatcher = delivery.New(dcfg, sender, log.WithName("delivery"))
-	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg))
+	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg)).
+		LimitInFlight(cfg.maxInFlight, a.dispatcher)
 
 	mux := http.NewServeMux()
 	mux.Handle(contract.ValidatePathPrefix, seeManagers(a.dispatcher, a.handler))

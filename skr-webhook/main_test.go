@@ -276,7 +276,7 @@ runtime_watcher_skr_webhook_queue_depth 0
 		t.Error(err)
 	}
 	if err := testutil.GatherAndCompare(env.app.registry, strings.NewReader(`
-# HELP runtime_watcher_skr_webhook_admission_requests_total Admission requests by manager, operation and result (emitted, unchanged, dry_run, connect, other_subresource, bad_request, too_large, not_found, method_not_allowed).
+# HELP runtime_watcher_skr_webhook_admission_requests_total Admission requests by manager, operation and result (emitted, unchanged, dry_run, connect, other_subresource, overflow, bad_request, too_large, not_found, method_not_allowed).
 # TYPE runtime_watcher_skr_webhook_admission_requests_total counter
 runtime_watcher_skr_webhook_admission_requests_total{manager="lifecycle-manager",operation="UPDATE",result="emitted"} 2
 `), "runtime_watcher_skr_webhook_admission_requests_total"); err != nil {

@@ -97,6 +97,9 @@ type KubeconfigClients struct {
 	// WrapTransport, when set, wraps every runtime client's transport
 	// (metrics, tests).
 	WrapTransport transport.WrapperFunc
+	// AllowInsecure accepts kubeconfigs with insecure-skip-tls-verify: true
+	// (a LOCAL/testing aid); otherwise For refuses them with ErrInsecure.
+	AllowInsecure bool
 
 	mu      sync.Mutex
 	clients map[string]cachedClient
@@ -126,6 +129,9 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Insecure && !k.AllowInsecure {
+		return nil, ErrInsecure
+	}
 	cfg.Timeout = k.Timeout
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -147,6 +153,12 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	k.clients[key] = cachedClient{sum: sum, client: c}
 	return c, nil
 }
+
+// ErrInsecure: the kubeconfig skips TLS verification of the runtime's API
+// server (insecure-skip-tls-verify: true), so anyone on the path could
+// impersonate the runtime and receive its credentials.
+var ErrInsecure = errors.New("kubeconfig sets insecure-skip-tls-verify: true; the runtime's API server would not be verified " +
+	"(give it certificate-authority-data; vs-controller's --allow-insecure-skr accepts it, for local use only)")
 
 // Forget implements ClusterClients.
 func (k *KubeconfigClients) Forget(key string) {

@@ -1,6 +1,7 @@
 package skrclient_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -89,13 +90,29 @@ func TestKubeconfigClientsCache(t *testing.T) {
 	}
 }
 
-// newClients knows Secrets only.
+// An SKR kubeconfig that skips TLS verification is refused with ErrInsecure
+// unless AllowInsecure (vs-controller's --allow-insecure-skr).
+func TestKubeconfigClientsRefuseInsecure(t *testing.T) {
+	k := newClients()
+	k.AllowInsecure = false
+	insecure := kubeconfig("insecure-skip-tls-verify: true", "token: abc")
+	if _, err := k.For(t.Context(), "kcp-system/r1", insecure); !errors.Is(err, skrclient.ErrInsecure) {
+		t.Fatalf("err %v, want ErrInsecure", err)
+	}
+	k.AllowInsecure = true
+	if _, err := k.For(t.Context(), "kcp-system/r1", insecure); err != nil {
+		t.Fatalf("AllowInsecure: %v", err)
+	}
+}
+
+// newClients knows Secrets only and accepts the insecure test kubeconfigs.
 func newClients() *skrclient.KubeconfigClients {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(scheme))
 	return &skrclient.KubeconfigClients{
-		Scheme: scheme,
-		Mapper: skrclient.NewRESTMapper(map[schema.GroupVersionKind]bool{corev1.SchemeGroupVersion.WithKind("Secret"): false}),
+		AllowInsecure: true,
+		Scheme:        scheme,
+		Mapper:        skrclient.NewRESTMapper(map[schema.GroupVersionKind]bool{corev1.SchemeGroupVersion.WithKind("Secret"): false}),
 	}
 }
 

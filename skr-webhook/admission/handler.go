@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
@@ -20,18 +22,54 @@ type Enqueuer interface {
 	Enqueue(manager string, ev contract.WatchEvent)
 }
 
+// OverflowRequester is told when a review of a manager was answered without
+// being read (more than the in-flight bound): the change it announced may be
+// lost, so the manager needs an "overflow" resync (ARCHITECTURE.md §3.8,
+// §3.10). It must return at once. (*delivery.Dispatcher).Overflow fits.
+type OverflowRequester interface {
+	Overflow(manager string)
+}
+
+// OverflowFunc adapts a function to OverflowRequester.
+type OverflowFunc func(manager string)
+
+// Overflow calls f.
+func (f OverflowFunc) Overflow(manager string) { f(manager) }
+
 // Handler serves POST /validate/<manager>. Mount it at
 // contract.ValidatePathPrefix.
 type Handler struct {
 	queue   Enqueuer
 	log     logr.Logger
 	metrics *Metrics
+
+	inFlight chan struct{} // nil: unbounded
+	overflow OverflowRequester
 }
 
 // NewHandler returns the admission handler. metrics may be nil.
 func NewHandler(queue Enqueuer, log logr.Logger, metrics *Metrics) *Handler {
 	return &Handler{queue: queue, log: log, metrics: metrics}
 }
+
+// LimitInFlight bounds the reviews read and decoded at the same time to max
+// (memory: each holds its body, at most contract.MaxAdmissionBodyBytes).
+// A review beyond the bound is answered allowed at once from at most
+// OverflowPeekBytes of its body (enough for request.uid, which the API
+// server writes first), counted with result "overflow", and overflow is
+// asked for a resync of its manager. max <= 0 leaves it unbounded. Call it
+// before serving.
+func (h *Handler) LimitInFlight(max int, overflow OverflowRequester) *Handler {
+	if max > 0 {
+		h.inFlight = make(chan struct{}, max)
+	}
+	h.overflow = overflow
+	return h
+}
+
+// OverflowPeekBytes is how much of a review's body is read, at most, to find
+// its request.uid when it is answered without being decoded.
+const OverflowPeekBytes = 16 << 10
 
 // AdmissionReview type meta of requests and answers.
 const (
@@ -45,6 +83,7 @@ const (
 	resultMethodNotAllowed = "method_not_allowed"
 	resultTooLarge         = "too_large"
 	resultBadRequest       = "bad_request"
+	resultOverflow         = "overflow"
 )
 
 // ServeHTTP answers an AdmissionReview with allowed: true and its request's
@@ -68,7 +107,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, manager, "", resultTooLarge, http.StatusRequestEntityTooLarge, tooLargeMessage, start)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, contract.MaxAdmissionBodyBytes))
+	if h.inFlight != nil {
+		select {
+		case h.inFlight <- struct{}{}:
+			defer func() { <-h.inFlight }()
+		default:
+			h.answerOverflow(w, r, manager, start)
+			return
+		}
+	}
+	body, err := readBody(w, r)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -78,7 +126,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, manager, "", resultBadRequest, http.StatusBadRequest, "reading body: "+err.Error(), start)
 		return
 	}
-	var review admissionv1.AdmissionReview
+	// The view keeps object and oldObject as slices of body: one copy of
+	// the review in memory, plus what the comparison indexes.
+	var review reviewView
 	if err := json.Unmarshal(body, &review); err != nil {
 		h.reject(w, manager, "", resultBadRequest, http.StatusBadRequest, "body is not an AdmissionReview: "+err.Error(), start)
 		return
@@ -88,7 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("expected %s %s, got %q %q", reviewAPIVersion, reviewKind, review.APIVersion, review.Kind), start)
 		return
 	}
-	ev, outcome, err := Decide(review.Request)
+	ev, outcome, err := decide(review.Request)
 	if err != nil {
 		op := ""
 		if review.Request != nil {
@@ -101,21 +151,112 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ev != nil {
 		h.queue.Enqueue(manager, *ev)
 	}
-	out, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: review.TypeMeta,
-		Response: &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true},
-	})
-	if err != nil { // cannot happen for this type; answer rather than panic
-		h.reject(w, manager, string(req.Operation), resultBadRequest, http.StatusInternalServerError, err.Error(), start)
+	if !h.allow(w, req.UID) {
+		h.reject(w, manager, string(req.Operation), resultBadRequest, http.StatusInternalServerError, "cannot encode the answer", start)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
 	h.metrics.observe(manager, string(req.Operation), string(outcome), start)
 	if h.log.V(1).Enabled() {
 		h.log.V(1).Info("admission", "manager", manager, "operation", req.Operation, "kind", req.Kind.Kind,
 			"namespace", req.Namespace, "name", req.Name, "subResource", req.SubResource, "outcome", outcome)
 	}
+}
+
+// allow writes the allowed answer for uid.
+func (h *Handler) allow(w http.ResponseWriter, uid types.UID) bool {
+	out, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: reviewAPIVersion, Kind: reviewKind},
+		Response: &admissionv1.AdmissionResponse{UID: uid, Allowed: true},
+	})
+	if err != nil { // cannot happen for this type; answer rather than panic
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+	return true
+}
+
+// answerOverflow answers a review past the in-flight bound: allowed, with the
+// uid found in the first OverflowPeekBytes of the body (empty when it is not
+// there; the API server then counts a failed call, which the webhook's
+// failurePolicy Ignore admits), and asks for the manager's overflow resync.
+func (h *Handler) answerOverflow(w http.ResponseWriter, r *http.Request, manager string, start time.Time) {
+	uid := peekUID(io.LimitReader(r.Body, OverflowPeekBytes))
+	if h.overflow != nil {
+		h.overflow.Overflow(manager)
+	}
+	h.allow(w, uid)
+	h.metrics.observe(manager, "", resultOverflow, start)
+	h.log.V(1).Info("admission review answered unread: too many in flight", "manager", manager, "uid", uid)
+}
+
+// peekUID reads JSON tokens until request.uid and returns it, decoding no
+// value other than the keys and scalars on the way; it gives up ("") at the
+// end of r or on a syntax error.
+func peekUID(r io.Reader) types.UID {
+	type level struct {
+		object    bool
+		expectKey bool
+		key       string // the key this level's value is under in its parent
+	}
+	d := json.NewDecoder(r)
+	var stack []level
+	lastKey := ""
+	// value marks a value seen in the current level: an object then expects a key.
+	value := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].expectKey = true
+		}
+	}
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return ""
+		}
+		n := len(stack)
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				stack = append(stack, level{object: t == '{', expectKey: true, key: lastKey})
+			default:
+				stack = stack[:n-1]
+				value()
+			}
+		case string:
+			if n > 0 && stack[n-1].object && stack[n-1].expectKey {
+				lastKey = t
+				stack[n-1].expectKey = false
+				if n == 2 && stack[0].object && t == "uid" && stack[1].key == "request" {
+					next, err := d.Token()
+					if s, ok := next.(string); ok && err == nil {
+						return types.UID(s)
+					}
+					return ""
+				}
+				continue
+			}
+			value()
+		default:
+			value()
+		}
+	}
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, contract.MaxAdmissionBodyBytes)
+	if r.ContentLength > 0 {
+		// Exactly sized: io.ReadAll's doubling would hold up to twice the body.
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("body shorter than its Content-Length %d", r.ContentLength)
+			}
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(body)
 }
 
 const tooLargeMessage = "admission review larger than 7 MiB"

@@ -31,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runtime_watcher_skr_webhook_admission_requests_total",
-			Help: "Admission requests by manager, operation and result (emitted, unchanged, dry_run, connect, other_subresource, bad_request, too_large, not_found, method_not_allowed).",
+			Help: "Admission requests by manager, operation and result (emitted, unchanged, dry_run, connect, other_subresource, overflow, bad_request, too_large, not_found, method_not_allowed).",
 		}, []string{"manager", "operation", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "runtime_watcher_skr_webhook_admission_duration_seconds",

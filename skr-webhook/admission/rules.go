@@ -9,9 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
@@ -45,18 +46,51 @@ var (
 	ErrNoName    = errors.New("cannot tell the watched object's name from the request")
 )
 
+// rawRef is a JSON value kept as a slice of the document it was decoded
+// from, without a copy (json.RawMessage copies). Valid only while that
+// document is.
+type rawRef []byte
+
+// UnmarshalJSON keeps data itself: encoding/json hands over a slice of its
+// input, which the caller keeps alive while the view is used.
+func (r *rawRef) UnmarshalJSON(data []byte) error {
+	*r = data
+	return nil
+}
+
 // objectView is the part of an object the rules read. Spec and Status stay
-// raw so equal fields compare as bytes first.
+// raw slices of the review's body.
 type objectView struct {
 	Metadata struct {
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
 	} `json:"metadata"`
-	Spec   json.RawMessage `json:"spec"`
-	Status json.RawMessage `json:"status"`
+	Spec   rawRef `json:"spec"`
+	Status rawRef `json:"status"`
 }
 
-func present(raw json.RawMessage) bool { return len(raw) > 0 && !bytes.Equal(raw, []byte("null")) }
+// requestView is the part of an admission.k8s.io/v1 AdmissionRequest the
+// rules read: no copy of object and oldObject, no userInfo or options.
+type requestView struct {
+	UID         types.UID               `json:"uid"`
+	Kind        metav1.GroupVersionKind `json:"kind"`
+	SubResource string                  `json:"subResource"`
+	Name        string                  `json:"name"`
+	Namespace   string                  `json:"namespace"`
+	Operation   admissionv1.Operation   `json:"operation"`
+	DryRun      *bool                   `json:"dryRun"`
+	Object      rawRef                  `json:"object"`
+	OldObject   rawRef                  `json:"oldObject"`
+}
+
+// reviewView is an AdmissionReview as the handler reads it.
+type reviewView struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Request    *requestView `json:"request"`
+}
+
+func present(raw []byte) bool { return len(raw) > 0 && !bytes.Equal(raw, []byte("null")) }
 
 // Decide applies the event rules of ARCHITECTURE.md §3.2 to one request:
 //
@@ -84,6 +118,17 @@ func Decide(req *admissionv1.AdmissionRequest) (*contract.WatchEvent, Outcome, e
 	if req == nil {
 		return nil, "", ErrNoRequest
 	}
+	return decide(&requestView{
+		UID: req.UID, Kind: req.Kind, SubResource: req.SubResource, Name: req.Name, Namespace: req.Namespace,
+		Operation: req.Operation, DryRun: req.DryRun, Object: req.Object.Raw, OldObject: req.OldObject.Raw,
+	})
+}
+
+// decide is Decide on the handler's view of the request.
+func decide(req *requestView) (*contract.WatchEvent, Outcome, error) {
+	if req == nil {
+		return nil, "", ErrNoRequest
+	}
 	if req.UID == "" {
 		return nil, "", ErrNoUID
 	}
@@ -94,13 +139,13 @@ func Decide(req *admissionv1.AdmissionRequest) (*contract.WatchEvent, Outcome, e
 	case admissionv1.Connect:
 		return nil, OutcomeConnect, nil
 	case admissionv1.Create:
-		obj, err := decode("object", req.Object.Raw, true)
+		obj, err := decode("object", req.Object, true)
 		if err != nil {
 			return nil, "", err
 		}
 		return emit(req, obj)
 	case admissionv1.Delete:
-		obj, err := decode("oldObject", req.OldObject.Raw, false)
+		obj, err := decode("oldObject", req.OldObject, false)
 		if err != nil {
 			return nil, "", err
 		}
@@ -112,12 +157,12 @@ func Decide(req *admissionv1.AdmissionRequest) (*contract.WatchEvent, Outcome, e
 	}
 }
 
-func decideUpdate(req *admissionv1.AdmissionRequest) (*contract.WatchEvent, Outcome, error) {
-	oldObj, err := decode("oldObject", req.OldObject.Raw, true)
+func decideUpdate(req *requestView) (*contract.WatchEvent, Outcome, error) {
+	oldObj, err := decode("oldObject", req.OldObject, true)
 	if err != nil {
 		return nil, "", err
 	}
-	newObj, err := decode("object", req.Object.Raw, true)
+	newObj, err := decode("object", req.Object, true)
 	if err != nil {
 		return nil, "", err
 	}
@@ -129,7 +174,7 @@ func decideUpdate(req *admissionv1.AdmissionRequest) (*contract.WatchEvent, Outc
 		if present(oldObj.Spec) || present(newObj.Spec) {
 			changed, err = fieldChanged(oldObj.Spec, newObj.Spec)
 		} else {
-			changed, err = objectChanged(req.OldObject.Raw, req.Object.Raw)
+			changed, err = objectChanged(req.OldObject, req.Object)
 		}
 	default:
 		return nil, OutcomeOtherSubresource, nil
@@ -143,7 +188,7 @@ func decideUpdate(req *admissionv1.AdmissionRequest) (*contract.WatchEvent, Outc
 	return emit(req, newObj)
 }
 
-func emit(req *admissionv1.AdmissionRequest, obj *objectView) (*contract.WatchEvent, Outcome, error) {
+func emit(req *requestView, obj *objectView) (*contract.WatchEvent, Outcome, error) {
 	name, namespace := req.Name, req.Namespace
 	if obj != nil {
 		if obj.Metadata.Name != "" {
@@ -180,54 +225,18 @@ func decode(field string, raw []byte, required bool) (*objectView, error) {
 	return &v, nil
 }
 
-// fieldChanged compares two raw JSON values; absent and null are equal.
-func fieldChanged(a, b json.RawMessage) (bool, error) {
+// fieldChanged compares two raw JSON values semantically; absent and null
+// are equal.
+func fieldChanged(a, b []byte) (bool, error) {
 	pa, pb := present(a), present(b)
 	if !pa || !pb {
 		return pa != pb, nil
 	}
-	if bytes.Equal(a, b) {
-		return false, nil
-	}
-	va, err := decodeValue(a)
-	if err != nil {
-		return false, err
-	}
-	vb, err := decodeValue(b)
-	if err != nil {
-		return false, err
-	}
-	return !reflect.DeepEqual(va, vb), nil
+	return !jsonEqual(a, b, false), nil
 }
 
 // objectChanged compares whole objects without metadata.resourceVersion and
 // metadata.managedFields.
 func objectChanged(a, b []byte) (bool, error) {
-	va, err := decodeValue(a)
-	if err != nil {
-		return false, err
-	}
-	vb, err := decodeValue(b)
-	if err != nil {
-		return false, err
-	}
-	for _, v := range []any{va, vb} {
-		if m, ok := v.(map[string]any); ok {
-			if md, ok := m["metadata"].(map[string]any); ok {
-				delete(md, "resourceVersion")
-				delete(md, "managedFields")
-			}
-		}
-	}
-	return !reflect.DeepEqual(va, vb), nil
-}
-
-func decodeValue(raw []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, fmt.Errorf("decode object: %w", err)
-	}
-	return v, nil
+	return !jsonEqual(a, b, true), nil
 }

@@ -241,6 +241,11 @@ type process struct {
 }
 
 func startProcess(binary string, args ...string) (*process, error) {
+	return startProcessEnv(binary, nil, args...)
+}
+
+// startProcessEnv starts the binary with env added to the test's environment.
+func startProcessEnv(binary string, env []string, args ...string) (*process, error) {
 	p := &process{exited: make(chan struct{})}
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
@@ -253,6 +258,9 @@ func startProcess(binary string, args ...string) (*process, error) {
 		}
 	}
 	p.cmd = exec.Command(binary, args...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = GinkgoWriter, GinkgoWriter
 	if err := p.cmd.Start(); err != nil {
 		return nil, err

@@ -56,6 +56,9 @@ type Options struct {
 	// SKRTimeout when nil.
 	Clients    skrclient.ClusterClients
 	SKRTimeout time.Duration
+	// AllowInsecureSKR accepts runtime kubeconfigs that skip TLS
+	// verification (skrclient.ErrInsecure otherwise).
+	AllowInsecureSKR bool
 	// WatcherDebounce, Resync: see runtimes.Reconciler.
 	WatcherDebounce time.Duration
 	Resync          time.Duration
@@ -127,6 +130,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	if clients == nil {
 		c := runtimes.SKRClients()
 		c.Timeout = o.SKRTimeout
+		c.AllowInsecure = o.AllowInsecureSKR
 		clients = c
 	}
 	rr := &runtimes.Reconciler{

@@ -106,9 +106,40 @@ var _ = Describe("Lifecycle Manager's Watchers", func() {
 			}).Should(BeEmpty(), "the finalizer ran for every Watcher")
 		})
 
-		routed := 0
+		// Several fixtures are alternative samples of one manager
+		// (lifecycle-manager) on the one Gateway: only the oldest routes it
+		// (creationTimestamp, then name), the others report RouteConflict
+		// (ARCHITECTURE.md §3.10).
+		owners := map[string]*v1beta2.Watcher{}
+		for _, u := range watchers {
+			if _, ok := unroutable[u.GetName()]; ok {
+				continue
+			}
+			w := &v1beta2.Watcher{}
+			Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(u), w)).To(Succeed())
+			o := owners[w.ManagerName()]
+			if o == nil || w.CreationTimestamp.Before(&o.CreationTimestamp) ||
+				w.CreationTimestamp.Equal(&o.CreationTimestamp) && w.Name < o.Name {
+				owners[w.ManagerName()] = w
+			}
+		}
+		routed, conflicts := 0, 0
 		for _, u := range watchers {
 			key := client.ObjectKeyFromObject(u)
+			if w := (&v1beta2.Watcher{}); unroutable[u.GetName()] == "" && kcp.Client.Get(ctx, key, w) == nil && owners[w.ManagerName()].Name != w.Name {
+				conflicts++
+				Eventually(watcherStatus(ctx, key)).Should(And(
+					HaveField("State", v1beta2.StateError),
+					HaveField("Conditions", ContainElement(And(
+						HaveField("Type", routing.ConditionVirtualService),
+						HaveField("Reason", routing.ReasonRouteConflict),
+						HaveField("Message", ContainSubstring("owned by the older Watcher "+ns+"/"+owners[w.ManagerName()].Name)),
+					))),
+				), "Watcher %s", key.Name)
+				_, err := getVS(ctx, key)()
+				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no VirtualService for %s", key.Name)
+				continue
+			}
 			if why, ok := unroutable[u.GetName()]; ok {
 				Eventually(watcherStatus(ctx, key)).Should(HaveField("Conditions", ContainElement(And(
 					HaveField("Type", routing.ConditionVirtualService),
@@ -145,7 +176,8 @@ var _ = Describe("Lifecycle Manager's Watchers", func() {
 				))),
 			), "Watcher %s", key.Name)
 		}
-		Expect(routed).To(Equal(6))
+		Expect(routed + conflicts).To(Equal(6))
+		Expect(routed).To(Equal(len(owners)))
 	})
 })
 

@@ -281,6 +281,35 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Eventually(func() bool { return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)) }).Should(BeTrue())
 	})
 
+	It("refuses a kubeconfig that skips TLS verification (without --allow-insecure-skr)", Label("bounds"), func(ctx SpecContext) {
+		cfg, err := clientcmd.Load(kubeconfigOf(skr))
+		Expect(err).NotTo(HaveOccurred())
+		for _, c := range cfg.Clusters {
+			c.CertificateAuthorityData = nil
+			c.InsecureSkipTLSVerify = true
+		}
+		insecure, err := clientcmd.Write(*cfg)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcp.Client.Create(ctx, kubeconfigSecret("runtime-insecure", insecure))).To(Succeed())
+		Expect(kcp.Client.Create(ctx, newKyma("runtime-insecure", "", "runtime-insecure.skr.example.com"))).To(Succeed())
+		Eventually(kymaEvents(ctx, "runtime-insecure")).Should(ContainElement("Warning/" + runtimes.ReasonInvalidKubeconfig))
+		Eventually(func() []string {
+			var list corev1.EventList
+			Expect(kcp.Client.List(ctx, &list, client.InNamespace(kymaNS))).To(Succeed())
+			var msgs []string
+			for _, e := range list.Items {
+				if e.InvolvedObject.Name == "runtime-insecure" {
+					msgs = append(msgs, e.Message)
+				}
+			}
+			return msgs
+		}).Should(ContainElement(ContainSubstring("insecure-skip-tls-verify")))
+
+		k := newKyma("runtime-insecure", "", "")
+		Expect(kcp.Client.Delete(ctx, k)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)) }).Should(BeTrue())
+	})
+
 	It("removes the bundle and the Certificate when the Kyma is deleted", func(ctx SpecContext) {
 		kyma := newKyma(kymaName, "", "")
 		Expect(kcp.Client.Delete(ctx, kyma)).To(Succeed())

@@ -2,7 +2,10 @@
 // §3.5): for every Watcher CR it keeps one Istio VirtualService, with the same
 // name and namespace, that routes POST /v2/<manager>/event from the Gateways
 // the Watcher selects to the operator's listener Service. It reports the
-// outcome in the Watcher's status and in Kubernetes Events.
+// outcome in the Watcher's status and in Kubernetes Events. A route (Gateway +
+// /v2/<manager>/event) belongs to the oldest Watcher claiming it, in any
+// namespace; later claimants get state Error, reason RouteConflict and no
+// VirtualService until the owner goes (ownership.go).
 package routing
 
 import (
@@ -116,6 +119,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&istionetworkingv1.VirtualService{}).
 		Watches(&istionetworkingv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.watchersForGateway)).
+		// Route ownership: a Watcher's change may hand its route to another.
+		Watches(&v1beta2.Watcher{}, r.claimants()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
 }
@@ -171,6 +176,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 		return ctrl.Result{}, r.fail(ctx, w, reason, err)
+	}
+	owner, gateway, err := r.routeOwner(ctx, w, vs.Spec.Gateways)
+	if err != nil {
+		return ctrl.Result{}, r.fail(ctx, w, ReasonGatewayListErr, err)
+	}
+	if owner != nil {
+		// Not ours to route: no VirtualService (an earlier one goes).
+		metrics.VirtualServiceReconciles.WithLabelValues("route-conflict").Inc()
+		if derr := r.deleteVirtualService(ctx, w); derr != nil {
+			return ctrl.Result{}, errors.Join(r.fail(ctx, w, ReasonRouteConflict, conflictError(w, owner, gateway)), derr)
+		}
+		return ctrl.Result{}, r.fail(ctx, w, ReasonRouteConflict, conflictError(w, owner, gateway))
 	}
 	desired, err := apply.Desired(vs, virtualServiceGVK)
 	if err != nil {
