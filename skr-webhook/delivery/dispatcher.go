@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -145,6 +146,8 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	managers map[string]*manager
+	failing  atomic.Bool  // an attempt failed retriably since the last recovery
+	lastOK   atomic.Int64 // clock time (UnixNano) of the last delivery
 
 	ctx      context.Context // cancelled when the drain time is up
 	cancel   context.CancelFunc
@@ -457,6 +460,15 @@ func (d *Dispatcher) attempt(l *Lease) {
 	}
 	switch r.Outcome {
 	case Delivered:
+		now := d.clock.Now().UnixNano()
+		prev := d.lastOK.Swap(now)
+		if d.failing.Load() && time.Duration(now-prev) >= d.cfg.MaxDelay/2 && d.failing.CompareAndSwap(true, false) {
+			// The KCP answers again after an outage (nothing delivered for
+			// half the largest delay or more): what waits for its backoff
+			// goes now rather than up to MaxDelay later. Partial failures
+			// (deliveries keep succeeding) keep their backoff.
+			d.queue.Expedite()
+		}
 		switch l.Key.Control {
 		case ControlResync:
 			d.metrics.resyncsSent.WithLabelValues(string(ev.Resync)).Inc()
@@ -482,6 +494,7 @@ func (d *Dispatcher) attempt(l *Lease) {
 		if IsTLSFailure(r.Err) {
 			d.metrics.tlsFailures.Inc()
 		}
+		d.failing.Store(true)
 		delay := d.backoff(l.Attempt, r.RetryAfter)
 		if l.Key.Control == ControlResync {
 			d.resyncDone(l.Key.Manager, true)

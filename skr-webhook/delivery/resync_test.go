@@ -669,3 +669,32 @@ func TestResultClass(t *testing.T) {
 		}
 	}
 }
+
+// When the KCP answers again, retries waiting for their backoff go at once
+// instead of up to MaxDelay later.
+func TestRecoveryExpeditesRetries(t *testing.T) {
+	var mu sync.Mutex
+	down := true
+	e := newFakeEnv(t, Config{}, func(_ int, ev contract.WatchEvent) Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if down && ev.Watched.Name == "a" {
+			return status(503)
+		}
+		return status(200)
+	})
+	e.d.Enqueue("m", watch("a"))
+	e.d.Start()
+	e.waitCalls(t, 2)         // startup resync, a
+	for i := 3; i <= 6; i++ { // a retried with growing backoff up to 8s
+		e.clock.Step(8 * time.Second)
+		e.waitCalls(t, i)
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	e.d.Enqueue("m", watch("b")) // delivered: the KCP is back
+	eventually(t, "a delivered without a clock step", func() bool {
+		return e.counter(t, "events_delivered_total") == 2
+	})
+}

@@ -67,6 +67,9 @@ type Options struct {
 	OnEvent func(Delivery) string
 	// CountOnly keeps counts but not the list of deliveries (benchmarks).
 	CountOnly bool
+	// Status, when set, chooses the answer to each event (0: the status of
+	// SetStatus), e.g. to fail a fraction of the events.
+	Status func(manager string, ev contract.WatchEvent) int
 }
 
 // Stub is a running KCP stand-in.
@@ -265,6 +268,11 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code := int(s.status.Load())
+	if s.opts.Status != nil {
+		if c := s.opts.Status(manager, ev); c != 0 {
+			code = c
+		}
+	}
 	s.answered.Add(1)
 	if code < 200 || code > 299 {
 		http.Error(w, "stub failure", code)
