@@ -59,6 +59,25 @@ func definedMetrics(t *testing.T) map[string]bool {
 		if err != nil {
 			return err
 		}
+		// String constants of the file, so that Opts{Namespace: Namespace,
+		// Subsystem: Subsystem, Name: "..."} resolve too.
+		consts := map[string]string{}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[name.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.BasicLit:
@@ -72,10 +91,19 @@ func definedMetrics(t *testing.T) map[string]bool {
 					if !ok {
 						continue
 					}
-					k, ok1 := kv.Key.(*ast.Ident)
-					v, ok2 := kv.Value.(*ast.BasicLit)
-					if ok1 && ok2 && v.Kind == token.STRING {
-						parts[k.Name], _ = strconv.Unquote(v.Value)
+					k, ok := kv.Key.(*ast.Ident)
+					if !ok {
+						continue
+					}
+					switch v := kv.Value.(type) {
+					case *ast.BasicLit:
+						if v.Kind == token.STRING {
+							parts[k.Name], _ = strconv.Unquote(v.Value)
+						}
+					case *ast.Ident:
+						if c, ok := consts[v.Name]; ok {
+							parts[k.Name] = c
+						}
 					}
 				}
 				if parts["Namespace"] != "" && parts["Name"] != "" {
