@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,7 +133,7 @@ func (d localDelivery) WebhookClient() *http.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ca, err := d.sys.RuntimeCA(ctx)
-	Expect(err).NotTo(HaveOccurred(), "read the runtime CA")
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "read the runtime CA")
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: 64,
