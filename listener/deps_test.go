@@ -36,6 +36,8 @@ func TestDependencies(t *testing.T) {
 		// are kept light like the listener (ARCHITECTURE.md §2) and their
 		// own dependencies pass through the same forbidden-prefix check.
 		module + "/api/v1beta2": true,
+		// SAN pinning without client-go (identity re-exports it).
+		module + "/identity/pinning": true,
 		// --version of the example operator: standard library only.
 		module + "/version": true,
 	}
