@@ -557,16 +557,10 @@ func (q *Queue) OldestPending() time.Time {
 	defer q.mu.Unlock()
 	var oldest time.Time
 	for _, it := range q.items {
-		var t time.Time
-		switch {
-		case it.state == statePending:
-			t = it.since
-		case it.state == stateInflight:
-			t = it.since
-		default:
+		if it.state != statePending && it.state != stateInflight {
 			continue
 		}
-		if oldest.IsZero() || t.Before(oldest) {
+		if t := it.since; oldest.IsZero() || t.Before(oldest) {
 			oldest = t
 		}
 	}
