@@ -94,7 +94,8 @@ func (e *benchApp) stop() error {
 
 // startBenchApp runs the wired app in-process against a KCP stub in the
 // given mode and returns an HTTPS client trusting its serving certificate.
-func startBenchApp(b testing.TB, mode kcpstub.Mode) *benchApp {
+// extra are further command-line flags.
+func startBenchApp(b testing.TB, mode kcpstub.Mode, extra ...string) *benchApp {
 	b.Helper()
 	ca, err := pki.NewCA("bench-ca")
 	if err != nil {
@@ -126,11 +127,11 @@ func startBenchApp(b testing.TB, mode kcpstub.Mode) *benchApp {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := parseConfig([]string{
+	cfg, err := parseConfig(append([]string{
 		"--kcp-addr", stub.Addr(), "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile,
 		"--listen-addr", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
 		"--request-timeout", "1s", "--drain-timeout", "100ms",
-	}, io.Discard)
+	}, extra...), io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,6 +39,7 @@ type config struct {
 
 	managersFile      string
 	heartbeatInterval time.Duration
+	maxManagers       int
 
 	zap     zap.Options
 	version bool // print the version and exit
@@ -78,6 +79,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
 	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync and heartbeats (managers first seen in a /validate/<manager> path too)")
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each known manager a heartbeat this often (0: off)")
+	fs.IntVar(&c.maxManagers, "max-managers", 1024, "managers known (managers file and admission paths) at most; one beyond gets no resyncs or heartbeats (counted), its events are still delivered")
 	showVersion := version.BindFlag(fs)
 	c.zap.BindFlags(fs)
 
@@ -140,6 +142,9 @@ func (c *config) validate(clientDefaulted bool) error {
 	if c.objectInterval < 0 {
 		errs = append(errs, errors.New("--object-interval must not be negative"))
 	}
+	if c.maxManagers < 1 || c.maxManagers > 65536 {
+		errs = append(errs, errors.New("--max-managers must be between 1 and 65536"))
+	}
 	if c.heartbeatInterval < 0 {
 		errs = append(errs, errors.New("--heartbeat-interval must not be negative"))
 	}
@@ -191,5 +196,6 @@ func (c *config) dispatcherConfig() delivery.Config {
 		ObjectInterval: interval,
 
 		HeartbeatInterval: c.heartbeatInterval,
+		MaxManagers:       c.maxManagers,
 	}
 }

@@ -156,6 +156,20 @@ func TestParseConfig(t *testing.T) {
 			},
 		},
 		{
+			name: "managers bound: 1,024 by default (a KCP with 1,000 Watchers), settable",
+			args: append(base, "--kcp-addr", "kcp"),
+			check: func(t *testing.T, c *config) {
+				if c.dispatcherConfig().MaxManagers != 1024 {
+					t.Errorf("max managers %d", c.dispatcherConfig().MaxManagers)
+				}
+				c2, err := parseConfig(append(append([]string{}, base...), "--kcp-addr", "kcp", "--max-managers", "3000"), io.Discard)
+				if err != nil || c2.dispatcherConfig().MaxManagers != 3000 {
+					t.Errorf("--max-managers 3000: %v", err)
+				}
+			},
+		},
+		{name: "bad managers bound", args: append(base, "--kcp-addr", "kcp", "--max-managers", "0"), err: []string{"--max-managers must be between 1 and 65536"}},
+		{
 			name: "bad heartbeat and managers file",
 			args: append(base, "--kcp-addr", "kcp", "--heartbeat-interval", "-1s", "--managers-file", "/nope/managers"),
 			err:  []string{"--heartbeat-interval must not be negative", "--managers-file: open /nope/managers"},

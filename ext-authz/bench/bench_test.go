@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -33,8 +36,14 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
+// runtimesFlag sizes the fleet: 10,000 by default; the fleet-scale run
+// (docs/performance.md) uses -authzbench.runtimes=100000.
+var runtimesFlag = flag.Int("authzbench.runtimes", 10000, "Kyma CRs (runtimes) cached by ext-authz in the benchmark")
+
+// runtimes is the fleet size of this run (runtimesFlag, read after flag parsing).
+var runtimes int
+
 const (
-	runtimes      = 10000
 	kymaNamespace = "kcp-system"
 	// Each benchmark op is one interleaved batch: chunks of chunkSize
 	// requests, alternately to the always-allow server and to ext-authz,
@@ -51,6 +60,12 @@ func TestMain(m *testing.M) {
 		os.Exit(serveAlwaysAllow())
 	}
 	ctrllog.SetLogger(logr.Discard()) // testenv's controller-runtime logs
+	flag.Parse()
+	runtimes = *runtimesFlag
+	if runtimes < 1 || runtimes > 1_000_000 {
+		fmt.Fprintln(os.Stderr, "-authzbench.runtimes must be in [1, 1000000]")
+		os.Exit(2)
+	}
 	os.Exit(m.Run())
 }
 
@@ -134,7 +149,15 @@ func setup(b *testing.B) (*extauthz.Process, []*authv3.CheckRequest, []string) {
 	b.Cleanup(func() { _ = env.Stop() })
 	kcp := env.Cluster("kcp")
 	ctx := context.Background()
-	if err := kcp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kymaNamespace}}); err != nil {
+	// The fixture's own client is not rate-limited client-side: the
+	// bounded pool below is the only limit on the API server.
+	fastCfg := rest.CopyConfig(kcp.Config)
+	fastCfg.QPS, fastCfg.Burst = -1, 0
+	fast, err := client.New(fastCfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := fast.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kymaNamespace}}); err != nil {
 		b.Fatal(err)
 	}
 	ca, err := pki.NewCA("bench-ca")
@@ -160,16 +183,16 @@ func setup(b *testing.B) (*extauthz.Process, []*authv3.CheckRequest, []string) {
 				if i >= runtimes {
 					return
 				}
-				name := fmt.Sprintf("runtime-%05d", i)
-				domain := fmt.Sprintf("skr-%05d.kyma.example.com", i)
+				name := fmt.Sprintf("runtime-%06d", i)
+				domain := fmt.Sprintf("skr-%06d.kyma.example.com", i)
 				leaf, err := ca.Issue(pki.LeafOptions{CommonName: name, DNSNames: []string{domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"}})
 				if err == nil {
 					// Real Kyma CRs carry more metadata than pinning reads.
 					k := extauthz.Kyma(kymaNamespace, name, domain, map[string]string{
 						"operator.kyma-project.io/managed-by": "lifecycle-manager",
-						"kyma-project.io/global-account-id":   fmt.Sprintf("ga-%05d", i),
+						"kyma-project.io/global-account-id":   fmt.Sprintf("ga-%06d", i),
 					})
-					err = kcp.Client.Create(ctx, k)
+					err = fast.Create(ctx, k)
 				}
 				if err != nil {
 					errMu.Lock()
@@ -196,7 +219,7 @@ func setup(b *testing.B) (*extauthz.Process, []*authv3.CheckRequest, []string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = p.Stop(15 * time.Second) })
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	if err := p.WaitReady(wctx); err != nil {
 		b.Fatal(err)
@@ -280,7 +303,7 @@ func (m *multi) Check(ctx context.Context, in *authv3.CheckRequest, opts ...grpc
 	return m.cs[m.n.Add(1)%uint64(len(m.cs))].Check(ctx, in, opts...)
 }
 
-// BenchmarkCheck compares ext-authz (10,000 Kyma CRs cached) with an
+// BenchmarkCheck compares ext-authz (-authzbench.runtimes Kyma CRs cached, 10,000 by default) with an
 // always-allow server over loopback gRPC. One op is a batch of perServer
 // Checks to each server, interleaved in chunks; run it with -benchtime 1x
 // (or Nx for more samples). Metrics: rps, p50-us and p99-us of each server,

@@ -12,8 +12,12 @@ import (
 // Bounds of the decoded-certificate cache of a Verifier.
 const (
 	// certCacheSize bounds the entries (about 400 bytes each for a typical
-	// SKR certificate), enough for every runtime of a large KCP.
-	certCacheSize = 16384
+	// SKR certificate, so at most ~50 MiB), enough for every runtime of a
+	// fleet of 100,000: heartbeats reach every runtime's certificate every
+	// few minutes, and a cache smaller than the fleet then misses on most
+	// requests (the 100,000-runtime benchmark: 16,384 entries cost 37 % of
+	// the ceiling's RPS; docs/performance.md, "Fleet scale").
+	certCacheSize = 131072
 	// certCacheMaxDNSNames: certificates with more DNS SANs are decoded on
 	// every request instead of being cached, so one entry stays small.
 	certCacheMaxDNSNames = 8

@@ -557,11 +557,10 @@ func (q *Queue) OldestPending() time.Time {
 	defer q.mu.Unlock()
 	var oldest time.Time
 	for _, it := range q.items {
-		if it.state == stateCooling { // delivered: nothing owed
+		if it.state != statePending && it.state != stateInflight {
 			continue
 		}
-		t := it.since
-		if oldest.IsZero() || t.Before(oldest) {
+		if t := it.since; oldest.IsZero() || t.Before(oldest) {
 			oldest = t
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -566,6 +567,7 @@ func BenchmarkSteadyState(b *testing.B) {
 			waitTick(ctx, 2*time.Second)
 		}
 		converge := time.Since(start)
+		heap := heapInuse()
 		stop()
 		kcpWrites, skrWrites := f.kcpCount.write.Load(), f.skrCount.write.Load()
 		kcpReq, skrReq := f.kcpCount.total.Load(), f.skrCount.total.Load()
@@ -597,7 +599,40 @@ func BenchmarkSteadyState(b *testing.B) {
 		b.ReportMetric(float64(skrWrites), "skr-writes")
 		b.ReportMetric(float64(w2), "pass2-writes")
 		b.ReportMetric(pass2.Seconds(), "pass2-s")
+		b.ReportMetric(float64(f.r)/converge.Seconds(), "runtimes/s")
+		b.ReportMetric(float64(kcpReq+skrReq)/float64(f.r), "requests/runtime")
+		b.ReportMetric(float64(k2req+s2req)/float64(f.r), "pass2-requests/runtime")
+		b.ReportMetric(float64(heap)/(1<<20), "heap-inuse-MiB")
+		if hwm, err := vmHWM(); err == nil {
+			b.ReportMetric(float64(hwm)/(1<<20), "process-hwm-MiB")
+		}
 	}
+}
+
+// heapInuse is the Go heap in use after a GC: the controller's caches
+// (KCP informers, SKR clients) plus the fixture's clients, which are small.
+func heapInuse() uint64 {
+	goruntime.GC()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// vmHWM is the peak resident memory of the benchmark process (controller
+// and fixture; the API servers are other processes).
+func vmHWM() (int64, error) {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			_, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM")
 }
 
 func waitTick(ctx context.Context, d time.Duration) {
