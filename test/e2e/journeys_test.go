@@ -45,8 +45,11 @@ var _ = Describe("Runtime Watcher", Ordered, func() {
 		since := time.Now()
 		kyma := n.watchedKyma("journey-a")
 		Expect(env.SKR().Create(ctx, kyma)).To(Succeed())
+		// The first event of the suite also waits for the initial roll-out
+		// (certificate issued, bundle applied, route programmed), which on a
+		// loaded 2-core machine can take longer than one default timeout.
 		Eventually(func() []string { return runtimeIDs(received.For(n.SKRNamespace, "journey-a", since)) }).
-			Should(ContainElement(n.RuntimeID))
+			WithTimeout(2 * time.Minute).Should(ContainElement(n.RuntimeID))
 
 		since = time.Now()
 		Expect(setSpec(ctx, kyma, "changed")).To(Succeed())
