@@ -60,6 +60,9 @@ type Options struct {
 	WatcherWorkers int
 	RuntimeWorkers int
 
+	// Adoption: the take-over of runtimes Lifecycle Manager set up.
+	Adoption runtimes.Adoption
+
 	// SkipNameValidation lets tests build several managers in one process.
 	SkipNameValidation bool
 }
@@ -133,6 +136,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		WatcherDebounce:         o.WatcherDebounce,
 		Resync:                  o.Resync,
 		MaxConcurrentReconciles: o.RuntimeWorkers,
+		Adoption:                o.Adoption,
 	}
 	if err := rr.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("runtime controller: %w", err)

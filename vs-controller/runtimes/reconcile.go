@@ -80,7 +80,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		recordOutcome("invalid-kubeconfig")
 		return ctrl.Result{}, nil
 	}
-	wrote, err := r.applyBundle(ctx, req.String(), skr, tls)
+	proceed, res, err := r.adopt(ctx, kyma, req.String(), skr, tls)
+	if err == nil && !proceed {
+		return res, nil
+	}
+	wrote := 0
+	if err == nil {
+		wrote, err = r.applyBundle(ctx, req.String(), skr, tls)
+	}
 	if err != nil {
 		reason := ReasonBundleFailed
 		if isUnreachable(err) {
@@ -97,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.event(kyma, corev1.EventTypeNormal, ReasonBundleApplied, fmt.Sprintf("applied %d object(s) of the SKR bundle", wrote))
 	} else {
 		recordOutcome("unchanged")
+	}
+	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, tls); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
 	if r.Resync > 0 {
 		return ctrl.Result{RequeueAfter: r.Resync}, nil
@@ -151,6 +161,11 @@ func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr cli
 	if err != nil {
 		return 0, err
 	}
+	return r.applyObjects(ctx, runtimeKey, skr, objs)
+}
+
+// applyObjects writes those of objs that differ from the SKR's.
+func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr client.Client, objs []*unstructured.Unstructured) (int, error) {
 	wrote := 0
 	for _, desired := range objs {
 		key := client.ObjectKeyFromObject(desired)

@@ -20,6 +20,7 @@
 package runtimes
 
 import (
+	"sync"
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -91,8 +92,13 @@ type Reconciler struct {
 	// MaxConcurrentReconciles; 8 when 0. Runtimes are independent: a slow
 	// or unreachable one holds one worker for at most the client timeout.
 	MaxConcurrentReconciles int
+	// Adoption configures the take-over of runtimes Lifecycle Manager set
+	// up (adopt.go).
+	Adoption Adoption
 
 	memo     apply.Memo
+	adopted  sync.Map // runtime key -> true: no LM or take-over objects seen
+	lmCerts  lmCertificates
 	webhooks bundle.WebhookConfigurations
 }
 
