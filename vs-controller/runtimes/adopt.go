@@ -163,7 +163,11 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 			"Lifecycle Manager's skr-webhook is in the runtime (%d object(s))%s, and LM is not stopped for it: label this Kyma %s=true; the take-over waits",
 			len(lm), onLM, SkipReconciliationLabel))
 		metrics.Adoptions.WithLabelValues("lm-active").Inc()
-		// The label's arrival triggers the next pass (kymaChanged).
+		// The label's arrival triggers the next pass (kymaChanged); the
+		// resync looks again in case LM's objects go another way.
+		if r.Resync > 0 {
+			return false, ctrl.Result{RequeueAfter: r.Resync}, nil
+		}
 		return false, ctrl.Result{}, nil
 	}
 	// Errors are reported by Reconcile like the bundle pass's
