@@ -32,6 +32,7 @@ func main() {
 		issuerName, kind                         string
 		extraDNS                                 string
 		caSecret, gwCASecret, gwClientCA, gwCert string
+		readyURL                                 string
 		qps                                      float64
 		burst                                    int
 	)
@@ -50,6 +51,8 @@ func main() {
 	fs.StringVar(&o.Bundle.KCPAddr, "kcp-gateway-host", "", "KCP gateway host the SKR webhooks post events to (their --kcp-addr; required)")
 	fs.StringVar(&o.Bundle.WebhookURL, "skr-webhook-url", "", "LOCAL/TESTING AID: base URL (e.g. https://localhost:18443) the SKR API server calls instead of the skr-webhook Service")
 	fs.StringVar(&extraDNS, "skr-webhook-extra-dns-names", "", "LOCAL/TESTING AID: comma-separated DNS names (e.g. localhost) added to every runtime certificate")
+	fs.BoolVar(&o.Adoption.WithoutSkipReconciliation, "adopt-without-skip-reconciliation", false, "take over runtimes from Lifecycle Manager even when their Kyma lacks operator.kyma-project.io/skip-reconciliation=true (LM stopped another way)")
+	fs.StringVar(&readyURL, "skr-webhook-ready-url", "", "LOCAL/TESTING AID: during a take-over from Lifecycle Manager, our webhook is ready when this URL answers over TLS verified by the runtime's CA (instead of the Deployment's readyReplicas)")
 	fs.DurationVar(&o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.BoolVar(&o.AllowInsecureSKR, "allow-insecure-skr", false, "accept runtime kubeconfigs with insecure-skip-tls-verify: true (local use only; refused with an InvalidKubeconfig Event otherwise)")
 	fs.DurationVar(&o.Resync, "skr-resync", 10*time.Minute, "how often a runtime's bundle is re-checked (reads only) to repair drift")
@@ -120,6 +123,10 @@ func main() {
 		if n = strings.TrimSpace(n); n != "" {
 			o.ExtraDNSNames = append(o.ExtraDNSNames, n)
 		}
+	}
+
+	if readyURL != "" {
+		o.Adoption.Ready = runtimes.URLReady(readyURL)
 	}
 
 	cfg := ctrl.GetConfigOrDie()

@@ -9,7 +9,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,6 +41,8 @@ func Kinds() map[schema.GroupVersionKind]bool {
 		NamespaceGVK: true, SecretGVK: false, ServiceGVK: false, DeploymentGVK: false,
 		ConfigMapGVK: false, PodDisruptionBudgetGVK: false,
 		ValidatingWebhookConfigurationGVK: true,
+		// Lifecycle Manager's kinds, read and deleted by the take-over.
+		NetworkPolicyGVK: false, PriorityClassGVK: true,
 	}
 }
 
@@ -49,6 +53,8 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(appsv1.AddToScheme(s))
 	utilruntime.Must(policyv1.AddToScheme(s))
 	utilruntime.Must(admissionregistrationv1.AddToScheme(s))
+	utilruntime.Must(networkingv1.AddToScheme(s))
+	utilruntime.Must(schedulingv1.AddToScheme(s))
 	return s
 }
 

@@ -69,6 +69,8 @@ type Options struct {
 	// Trust: the CA rotation (docs/certificates.md); off when
 	// Trust.CASecret is empty.
 	Trust TrustOptions
+	// Adoption: the take-over of runtimes Lifecycle Manager set up.
+	Adoption runtimes.Adoption
 
 	// SkipNameValidation lets tests build several managers in one process.
 	SkipNameValidation bool
@@ -146,6 +148,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		WatcherDebounce:         o.WatcherDebounce,
 		Resync:                  o.Resync,
 		MaxConcurrentReconciles: o.RuntimeWorkers,
+		Adoption:                o.Adoption,
 	}
 	if rr.Trust, err = o.Trust.keeper(mgr, o.KymaNamespace); err != nil {
 		return nil, err

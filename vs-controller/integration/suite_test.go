@@ -30,6 +30,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
 
 const (
@@ -88,6 +89,7 @@ var _ = BeforeSuite(func() {
 		Bundle:                 bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
 		SKRTimeout:             3 * time.Second,
 		WatcherDebounce:        50 * time.Millisecond,
+		Adoption:               runtimes.Adoption{Poll: 200 * time.Millisecond},
 		SkipNameValidation:     true,
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -69,7 +69,7 @@ func (r *Reconciler) finalize(ctx context.Context, kyma *metav1.PartialObjectMet
 // removeBundle deletes, in the runtime, the bundle objects vs-controller
 // applied (those carrying its hash annotation), in bundle.Removal's order.
 func (r *Reconciler) removeBundle(ctx context.Context, skr client.Client) error {
-	for _, t := range bundle.Removal(r.Bundle) {
+	for _, t := range append(bundle.Removal(r.Bundle), bundle.TakeoverRemoval(r.Bundle)...) {
 		obj := &metav1.PartialObjectMetadata{}
 		obj.SetGroupVersionKind(t.GVK)
 		if err := skr.Get(ctx, t.Key, obj); err != nil {
@@ -96,4 +96,6 @@ func (r *Reconciler) forget(runtimeKey string) {
 	r.Clients.Forget(runtimeKey)
 	r.memo.ForgetPrefix(runtimeKey + "|")
 	r.pushed.Delete(runtimeKey)
+	r.adopted.Delete(runtimeKey)
+	r.lmCerts.forget(runtimeKey)
 }

@@ -85,7 +85,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		recordOutcome("invalid-kubeconfig")
 		return ctrl.Result{}, nil
 	}
-	wrote, err := r.applyBundle(ctx, req.String(), skr, &bundle.TLS{CA: trusted.gatewayCA, Cert: tls.Cert, Key: tls.Key}, trusted.caBundle)
+	btls := &bundle.TLS{CA: trusted.gatewayCA, Cert: tls.Cert, Key: tls.Key}
+	proceed, res, err := r.adopt(ctx, kyma, req.String(), skr, btls, trusted.caBundle)
+	if err == nil && !proceed {
+		return res, nil
+	}
+	wrote := 0
+	if err == nil {
+		wrote, err = r.applyBundle(ctx, req.String(), skr, btls, trusted.caBundle)
+	}
 	if err != nil {
 		reason := ReasonBundleFailed
 		if isUnreachable(err) {
@@ -105,6 +113,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if wait, err := r.afterPush(ctx, kyma, req.String(), id, trusted); err != nil || wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, err
+	}
+	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, btls); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
 	if r.Resync > 0 {
 		return ctrl.Result{RequeueAfter: r.Resync}, nil
@@ -166,6 +177,11 @@ func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr cli
 	if err != nil {
 		return 0, err
 	}
+	return r.applyObjects(ctx, runtimeKey, skr, objs)
+}
+
+// applyObjects writes those of objs that differ from the SKR's.
+func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr client.Client, objs []*unstructured.Unstructured) (int, error) {
 	wrote := 0
 	for _, desired := range objs {
 		key := client.ObjectKeyFromObject(desired)

@@ -104,8 +104,14 @@ type Reconciler struct {
 	// CA rotation; 5 per second when nil.
 	Renewals *rate.Limiter
 
+	// Adoption configures the take-over of runtimes Lifecycle Manager set
+	// up (adopt.go).
+	Adoption Adoption
+
 	memo     apply.Memo
 	pushed   sync.Map // runtime key -> pushedRuntime
+	adopted  sync.Map // runtime key -> true: no LM or take-over objects seen
+	lmCerts  lmCertificates
 	webhooks bundle.WebhookConfigurations
 }
 

@@ -85,12 +85,13 @@ func kymaOwner(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // kymaChanged passes Kyma updates that matter here: deletion, skr-domain,
-// runtime ID, our finalizer.
+// runtime ID, our finalizer, LM's skip-reconciliation label (adopt.go).
 func kymaChanged(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld, e.ObjectNew
 	return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
 		o.GetAnnotations()[contract.AnnotationSKRDomain] != n.GetAnnotations()[contract.AnnotationSKRDomain] ||
 		RuntimeID(o) != RuntimeID(n) ||
+		o.GetLabels()[SkipReconciliationLabel] != n.GetLabels()[SkipReconciliationLabel] ||
 		controllerutil.ContainsFinalizer(o, Finalizer) != controllerutil.ContainsFinalizer(n, Finalizer)
 }
 
