@@ -87,8 +87,8 @@ type Options struct {
 	Manager    string
 	// Identity: "header" (behind ext-authz) or "san-pinning" (with CAFile
 	// optional); TLSCertFile/TLSKeyFile serve the endpoint with TLS.
-	Identity                 string
-	CAFile                   string
+	Identity                string
+	CAFile                  string
 	TLSCertFile, TLSKeyFile string
 
 	// ModuleResources are the SKR resources that are Module CRs.

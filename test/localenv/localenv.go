@@ -1,8 +1,8 @@
 // Package localenv brings up the whole of Runtime Watcher on one machine
 // without containers (ARCHITECTURE.md §4, "Local"): a KCP and an SKR API
 // server (real kube-apiserver and etcd), the project's binaries as real
-// processes — ext-authz, vs-controller, skr-webhook and the example operator
-// — and the stand-ins for what cannot run here:
+// processes — ext-authz, vs-controller, skr-webhook, the example operator,
+// module-sync and the example module manager — and the stand-ins for what cannot run here:
 //
 //   - cert-manager's controller: test/certmanager signs the Certificates
 //     vs-controller asks for;
@@ -93,6 +93,8 @@ type System struct {
 	GatewayAddr string
 	// Events carries every event the operator reported, in order.
 	Events <-chan ReceivedEvent
+	// ModuleSyncMetricsURL is module-sync's /metrics.
+	ModuleSyncMetricsURL string
 
 	opts        Options
 	runCtx      context.Context // lives until Stop
@@ -125,14 +127,14 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}()
 
 	binaries := map[string]string{}
-	for _, b := range []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example"} {
+	for _, b := range []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example", "module-sync", "module-sync/example"} {
 		path, err := testenv.BuildBinary(b)
 		if err != nil {
 			return s, err
 		}
 		binaries[b] = path
 	}
-	s.step("binaries built: ext-authz, vs-controller, skr-webhook, example operator")
+	s.step("binaries built: ext-authz, vs-controller, skr-webhook, example operator, module-sync, example module manager")
 
 	if s.Env, err = testenv.StartInDir(o.Dir, "kcp", "skr"); err != nil {
 		return s, err
@@ -163,7 +165,12 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}
 	s.step("cert-manager stand-in signs Certificates in %s with its CA", KymaNamespace)
 
-	ports, err := freePorts(11)
+	if err := s.installSampleCRD(ctx); err != nil {
+		return s, err
+	}
+	s.step("installed the demo Module CRD %s in the SKR", SampleGVR.GroupResource())
+
+	ports, err := freePorts(15)
 	if err != nil {
 		return s, err
 	}
@@ -174,6 +181,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.gatewayPort = ports[5]
 	webhookListen, webhookHealth := addr(6), addr(7)
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
+	msListen, msHealth, msMetrics, mmHealth := addr(11), addr(12), addr(13), addr(14)
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 
 	// Every binary is configured by flags only (--kubeconfig for the KCP).
@@ -203,8 +211,13 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}
 	s.step("example operator listening on %s for POST %s", opListen, contract.EventPath(Manager))
 
+	if err := s.startModuleSync(ctx, binaries, msListen, msHealth, msMetrics, mmHealth); err != nil {
+		return s, err
+	}
+
 	if err := s.startGateway(runCtx, authzGRPC, map[string]string{
-		fmt.Sprintf("%s.%s.svc.cluster.local:%d", OperatorService, KymaNamespace, OperatorPort): opListen,
+		fmt.Sprintf("%s.%s.svc.cluster.local:%d", OperatorService, KymaNamespace, OperatorPort):     opListen,
+		fmt.Sprintf("%s.%s.svc.cluster.local:%d", ModuleSyncService, KymaNamespace, ModuleSyncPort): msListen,
 	}); err != nil {
 		return s, err
 	}
