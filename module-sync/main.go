@@ -48,6 +48,7 @@ func main() {
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.DurationVar(&o.MirrorInterval, "mirror-interval", controllers.DefaultMirrorInterval, "periodic mirror pass per runtime (events make it real-time; this repairs what an event missed)")
 	fs.DurationVar(&o.DriftInterval, "drift-interval", controllers.DefaultDriftInterval, "periodic apply pass per SyncResource (corrects drift of CreateAndSync items in the runtime)")
+	fs.DurationVar(&o.ConfirmDelay, "confirm-delay", 2*time.Second, "after an event, mirror the runtime again this much later (the SKR's webhook reports a change before it is stored); 0 disables")
 	fs.DurationVar(&o.RetryBase, "retry-base", controllers.DefaultRetryBase, "first delay of the backoff after a pass that failed for a reason that may pass (doubles per failure)")
 	fs.DurationVar(&o.RetryMax, "retry-max", controllers.DefaultRetryMax, "longest delay of that backoff")
 	fs.DurationVar(&o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")

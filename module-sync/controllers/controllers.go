@@ -105,6 +105,9 @@ type Options struct {
 	// RetryBase and RetryMax bound the per-object exponential backoff of
 	// passes that failed for a reason that may pass.
 	RetryBase, RetryMax time.Duration
+	// ConfirmDelay: after an event, the runtime is mirrored at once and
+	// again this much later (0: only at once). See enqueueRuntime.
+	ConfirmDelay time.Duration
 	// SKRTimeout of each request to a runtime; Workers reconciled in parallel
 	// per controller.
 	SKRTimeout time.Duration
@@ -258,7 +261,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	mr := &mirrorReconciler{
 		client: mgr.GetClient(), runtimes: runtimes, interval: o.MirrorInterval,
 		mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
-		backoff: newBackoff(o.RetryBase, o.RetryMax),
+		backoff: newBackoff(o.RetryBase, o.RetryMax), conflicts: newBackoff(50*time.Millisecond, o.RetryMax),
 	}
 	if err := mr.setup(mgr, l, o); err != nil {
 		return nil, err

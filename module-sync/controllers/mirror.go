@@ -30,6 +30,9 @@ type mirrorReconciler struct {
 	mirror   *mirror.Mirror
 	interval time.Duration
 	backoff  workqueue.TypedRateLimiter[string]
+	// conflicts backs off, fast, after a write conflict (the cache had not
+	// seen the previous pass's write yet).
+	conflicts workqueue.TypedRateLimiter[string]
 }
 
 func (r *mirrorReconciler) setup(mgr ctrl.Manager, l *listener.Listener, o Options) error {
@@ -38,15 +41,17 @@ func (r *mirrorReconciler) setup(mgr ctrl.Manager, l *listener.Listener, o Optio
 		Named("mirror").
 		// Kyma created or deleted (and the runtime-id label changed): a pass.
 		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(l.Events(), enqueueRuntime(lookup, o.KymaNamespace))).
+		WatchesRawSource(source.Channel(l.Events(), enqueueRuntime(lookup, o.KymaNamespace, o.ConfirmDelay))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.Workers}).
 		Complete(r)
 }
 
 // enqueueRuntime enqueues the Kyma of an event's runtime (the shared
 // lookup: runtime-id label first, then name); events of unknown runtimes
-// are counted and dropped.
-func enqueueRuntime(lookup identity.RuntimeLookup, namespace string) handler.EventHandler {
+// are counted and dropped. With confirm > 0 the runtime is mirrored again
+// that much later: the SKR's admission webhook reports a change before the
+// API server stores it, so the first pass may read the Module CR as it was.
+func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm time.Duration) handler.EventHandler {
 	return handler.Funcs{
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			ev, ok := listener.EventFrom(e.Object)
@@ -62,7 +67,11 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string) handler.Eve
 				Events.WithLabelValues("unknown-runtime").Inc()
 			default:
 				Events.WithLabelValues("enqueued").Inc()
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}})
+				req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}}
+				q.Add(req)
+				if confirm > 0 {
+					q.AddAfter(req, confirm)
+				}
 			}
 		},
 	}
@@ -106,9 +115,13 @@ func (r *mirrorReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
 	if err != nil {
 		MirrorPasses.WithLabelValues("failed").Inc()
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: r.conflicts.When(key)}, nil
+		}
 		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", err.Error())
 		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
 	}
+	r.conflicts.Forget(key)
 	if res.Writes() > 0 {
 		MirrorPasses.WithLabelValues("synced").Inc()
 		log.V(1).Info("mirrored", "runtimeID", id, "created", res.Created, "updated", res.Updated, "deleted", res.Deleted)

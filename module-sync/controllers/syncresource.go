@@ -153,7 +153,9 @@ func (r *syncReconciler) finalize(ctx context.Context, key string, sr *v1alpha1.
 	if err == nil {
 		err = apply.Cleanup(ctx, skr, sr)
 	}
-	if err != nil && !kymaGone {
+	// Without its Kyma or its kubeconfig Secret the runtime is considered
+	// gone (as vs-controller does): nothing left to remove.
+	if err != nil && !kymaGone && !errors.Is(err, errNoKubeconfig) {
 		SyncReconciles.WithLabelValues("retry").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateDeleting, metav1.Condition{
 			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: err.Error(),
@@ -162,7 +164,6 @@ func (r *syncReconciler) finalize(ctx context.Context, key string, sr *v1alpha1.
 		}
 		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
 	}
-	// Cleaned up, or the runtime is gone with its Kyma: nothing to remove.
 	controllerutil.RemoveFinalizer(sr, Finalizer)
 	if err := r.client.Update(ctx, sr); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
