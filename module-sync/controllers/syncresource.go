@@ -137,7 +137,7 @@ func (r *syncReconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (
 	kyma := identity.NewKyma()
 	if err := r.client.Get(ctx, client.ObjectKey{Namespace: sr.Namespace, Name: sr.Spec.Kyma}, kyma); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, true, fmt.Errorf("Kyma %s/%s not found", sr.Namespace, sr.Spec.Kyma)
+			return nil, true, fmt.Errorf("no Kyma %s/%s", sr.Namespace, sr.Spec.Kyma)
 		}
 		return nil, false, err
 	}

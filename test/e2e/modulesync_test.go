@@ -37,7 +37,9 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 	const within = 10 * time.Second
 	var ms e2e.ModuleSyncEnvironment
 	mcKey := localenv.SampleModuleConfig()
-	skrObj := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: localenv.SKRNamespace, Name: name} }
+	skrObj := func(name string) client.ObjectKey {
+		return client.ObjectKey{Namespace: localenv.SKRNamespace, Name: name}
+	}
 
 	BeforeAll(func() {
 		var ok bool
@@ -118,7 +120,7 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 			cm := &corev1.ConfigMap{}
 			g.Expect(env.SKR().Get(ctx, skrObj(localenv.SampleModule+"-defaults"), cm)).To(Succeed())
 			g.Expect(cm.Data).To(HaveKeyWithValue("greeting", "changed in the SKR"))
-		}).WithTimeout(2 * localenv.DriftInterval).Should(Succeed(), "CreateAndIgnore left alone")
+		}).WithTimeout(2*localenv.DriftInterval).Should(Succeed(), "CreateAndIgnore left alone")
 	})
 
 	It("deletes the ModuleConfig with the Module CR, and the SyncResource's objects with the SyncResource", func(ctx SpecContext) {
