@@ -95,6 +95,9 @@ func benchModuleRoundTrip(b *testing.B, edits int) {
 	slices.Sort(toKCP)
 	slices.Sort(roundTrip)
 	pct := func(d []time.Duration, p float64) float64 {
+		if len(d) == 0 {
+			return 0
+		}
 		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
 	}
 	b.ReportMetric(pct(roundTrip, 0.5), "p50-ms")
@@ -104,4 +107,6 @@ func benchModuleRoundTrip(b *testing.B, edits int) {
 		b.ReportMetric(pct(toKCP, 0.5), "kcp-p50-ms")
 		b.ReportMetric(pct(toKCP, 0.99), "kcp-p99-ms")
 	}
+	b.Logf("%d edits: SKR → SKR p50 %.1f ms, p99 %.1f ms, max %.1f ms; SKR → ModuleConfig (%d seen) p50 %.1f ms, p99 %.1f ms",
+		len(roundTrip), pct(roundTrip, 0.5), pct(roundTrip, 0.99), pct(roundTrip, 1), len(toKCP), pct(toKCP, 0.5), pct(toKCP, 0.99))
 }
