@@ -2,8 +2,8 @@
 #
 # One image per binary of Runtime Watcher, from this one Dockerfile:
 #   docker build --build-arg BINARY=ext-authz -t runtime-watcher/ext-authz:dev .
-# BINARY is the binary's folder: ext-authz, skr-webhook, vs-controller or
-# listener/example (`make images` builds them all, see the Makefile's
+# BINARY is the binary's folder: ext-authz, skr-webhook, vs-controller,
+# listener/example or module-sync (`make images` builds them all, see the Makefile's
 # BINARIES). The binary is static (CGO_ENABLED=0) and runs as the distroless
 # "nonroot" user (65532) on a read-only root file system.
 
@@ -14,7 +14,7 @@ ARG BINARY
 ARG TARGETOS
 ARG TARGETARCH
 WORKDIR /src
-RUN test -n "${BINARY}" || { echo "set --build-arg BINARY=<ext-authz|skr-webhook|vs-controller|listener/example>" >&2; exit 1; }
+RUN test -n "${BINARY}" || { echo "set --build-arg BINARY=<ext-authz|skr-webhook|vs-controller|listener/example|module-sync>" >&2; exit 1; }
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .

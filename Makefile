@@ -18,7 +18,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_ASSETS)
 export PATH := $(K8S_ASSETS):$(PATH)
 
-BINARIES := ext-authz skr-webhook vs-controller listener/example
+BINARIES := ext-authz skr-webhook vs-controller listener/example module-sync
 GO_TEST_FLAGS ?= -count=1 -timeout 40m
 
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
@@ -117,6 +117,7 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy code.
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-manager's CRDs from their Go modules.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=manifests/crds
 	$(CONTROLLER_GEN) rbac:roleName=vs-controller paths=./vs-controller/... output:rbac:artifacts:config=manifests/kcp/rbac
+	$(CONTROLLER_GEN) rbac:roleName=module-sync paths=./module-sync/controllers/... output:rbac:artifacts:config=manifests/kcp/rbac-module-sync
 	cp "$$(go list -m -f '{{.Dir}}' istio.io/api)/kubernetes/customresourcedefinitions.gen.yaml" manifests/crds/third_party/istio.yaml
 	cm="$$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"; \
 	  for f in certificates certificaterequests issuers clusterissuers; do cp "$$cm/deploy/crds/cert-manager.io_$$f.yaml" manifests/crds/third_party/; done

@@ -8,7 +8,9 @@
 // The caller chooses what the clients know: a scheme and a static REST
 // mapper of the kinds it reads and writes in the runtimes, so no client
 // ever sends discovery requests. vs-controller passes the kinds of its SKR
-// bundle (package vs-controller/bundle).
+// bundle (package vs-controller/bundle). A caller that works with kinds it
+// does not know beforehand (module-sync: unstructured objects of any CRD)
+// sets NewMapper instead, e.g. to DynamicRESTMapper: one mapper per runtime.
 package skrclient
 
 import (
@@ -16,6 +18,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 const (
@@ -87,6 +91,9 @@ type KubeconfigClients struct {
 	// NewRESTMapper) so that no client sends discovery requests.
 	Scheme *runtime.Scheme
 	Mapper meta.RESTMapper
+	// NewMapper, used when Mapper is nil, builds each runtime's own REST
+	// mapper (e.g. DynamicRESTMapper, which sends discovery requests).
+	NewMapper func(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error)
 	// UserAgent of the requests; client-go's default when empty.
 	UserAgent string
 	// Timeout of every request; DefaultTimeout when 0.
@@ -114,8 +121,8 @@ var _ ClusterClients = (*KubeconfigClients)(nil)
 
 // For implements ClusterClients.
 func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte) (client.Client, error) {
-	if k.Scheme == nil || k.Mapper == nil {
-		return nil, errors.New("skrclient: KubeconfigClients needs a Scheme and a Mapper")
+	if k.Scheme == nil || (k.Mapper == nil && k.NewMapper == nil) {
+		return nil, errors.New("skrclient: KubeconfigClients needs a Scheme and a Mapper or NewMapper")
 	}
 	sum := sha256.Sum256(kubeconfig)
 	k.mu.Lock()
@@ -141,7 +148,16 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	if k.WrapTransport != nil {
 		cfg.Wrap(k.WrapTransport)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: k.Scheme, Mapper: k.Mapper})
+	opts := client.Options{Scheme: k.Scheme, Mapper: k.Mapper}
+	if opts.Mapper == nil {
+		if opts.HTTPClient, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, fmt.Errorf("client for runtime cluster: %w", err)
+		}
+		if opts.Mapper, err = k.NewMapper(cfg, opts.HTTPClient); err != nil {
+			return nil, fmt.Errorf("REST mapper for runtime cluster: %w", err)
+		}
+	}
+	c, err := client.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("client for runtime cluster: %w", err)
 	}
@@ -179,6 +195,13 @@ func NewRESTMapper(kinds map[schema.GroupVersionKind]bool) meta.RESTMapper {
 		m.Add(gvk, scope)
 	}
 	return m
+}
+
+// DynamicRESTMapper is a NewMapper: controller-runtime's dynamic REST
+// mapper, which discovers an API group when a kind of it is first used (so
+// a CRD installed later is found then).
+func DynamicRESTMapper(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
+	return apiutil.NewDynamicRESTMapper(cfg, httpClient)
 }
 
 // RESTConfig parses a runtime's kubeconfig (its current context). It fails

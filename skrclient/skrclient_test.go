@@ -2,14 +2,17 @@ package skrclient_test
 
 import (
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
@@ -167,5 +170,39 @@ func TestRuntimeIDOfSecret(t *testing.T) {
 		if ok && skrclient.SecretName(id) != name {
 			t.Errorf("%s: SecretName(%q) = %q", name, id, skrclient.SecretName(id))
 		}
+	}
+}
+
+func TestKubeconfigClientsNewMapperPerRuntime(t *testing.T) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(scheme))
+	var hosts []string
+	k := &skrclient.KubeconfigClients{Scheme: scheme, NewMapper: func(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+		if hc == nil {
+			t.Error("NewMapper got no HTTP client")
+		}
+		hosts = append(hosts, cfg.Host)
+		return skrclient.NewRESTMapper(nil), nil
+	}}
+	a := kubeconfig("insecure-skip-tls-verify: true", "token: abc")
+	c1, err := k.For(t.Context(), "r1", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.For(t.Context(), "r1", a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.For(t.Context(), "r2", a); err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 2 || hosts[0] != "https://127.0.0.1:6443" {
+		t.Fatalf("NewMapper calls: %v, want one per runtime", hosts)
+	}
+	if c1.RESTMapper() == nil {
+		t.Fatal("client without the mapper")
+	}
+	k.NewMapper = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return nil, errors.New("boom") }
+	if _, err := k.For(t.Context(), "r3", a); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("mapper error not returned: %v", err)
 	}
 }

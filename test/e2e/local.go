@@ -147,3 +147,18 @@ func (d localDelivery) Operators() []OperatorReplica {
 	return out
 }
 func (d localDelivery) ServiceAnswers() []map[int]int { return d.sys.ServiceAnswers() }
+// ModuleSyncEnvironment is what the module-sync specs need beyond
+// Environment: the local environment runs module-sync and the example
+// module manager (test/localenv); the kind environment does not deploy them.
+type ModuleSyncEnvironment interface {
+	// ModuleSyncMetricsURL is module-sync's /metrics.
+	ModuleSyncMetricsURL() string
+	// SetSample creates or changes the demo Module CR in the SKR.
+	SetSample(ctx context.Context, greeting string, replicas int64) error
+}
+
+func (e *localEnvironment) ModuleSyncMetricsURL() string { return e.sys.ModuleSyncMetricsURL }
+func (e *localEnvironment) SetSample(ctx context.Context, greeting string, replicas int64) error {
+	_, err := e.sys.SetSampleGreeting(ctx, greeting, replicas)
+	return err
+}

@@ -1,8 +1,8 @@
 // Package localenv brings up the whole of Runtime Watcher on one machine
 // without containers (ARCHITECTURE.md §4, "Local"): a KCP and an SKR API
 // server (real kube-apiserver and etcd), the project's binaries as real
-// processes — ext-authz, vs-controller, skr-webhook and the example operator
-// — and the stand-ins for what cannot run here:
+// processes — ext-authz, vs-controller, skr-webhook, the example operator,
+// module-sync and the example module manager — and the stand-ins for what cannot run here:
 //
 //   - cert-manager's controller: test/certmanager signs the Certificates
 //     vs-controller asks for;
@@ -99,6 +99,8 @@ type System struct {
 	WebhookMetricsURL string
 	// Events carries every event the operator reported, in order.
 	Events <-chan ReceivedEvent
+	// ModuleSyncMetricsURL is module-sync's /metrics.
+	ModuleSyncMetricsURL string
 
 	opts        Options
 	runCtx      context.Context // lives until Stop
@@ -143,14 +145,14 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}()
 
 	binaries := map[string]string{}
-	for _, b := range []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example"} {
+	for _, b := range []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example", "module-sync", "module-sync/example"} {
 		path, err := testenv.BuildBinary(b)
 		if err != nil {
 			return s, err
 		}
 		binaries[b] = path
 	}
-	s.step("binaries built: ext-authz, vs-controller, skr-webhook, example operator")
+	s.step("binaries built: ext-authz, vs-controller, skr-webhook, example operator, module-sync, example module manager")
 
 	if s.Env, err = testenv.StartInDir(o.Dir, "kcp", "skr"); err != nil {
 		return s, err
@@ -180,8 +182,13 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.goRun(func() error { return cm.Start(runCtx) })
 	s.step("cert-manager stand-in signs Certificates: runtime CA in %s, gateway CA in %s", KymaNamespace, GatewayNamespace)
 
+	if err := s.installSampleCRD(ctx); err != nil {
+		return s, err
+	}
+	s.step("installed the demo Module CRD %s in the SKR", SampleGVR.GroupResource())
+
 	replicas := max(o.OperatorReplicas, 1)
-	ports, err := freePorts(11 + 3*replicas)
+	ports, err := freePorts(15 + 3*replicas)
 	if err != nil {
 		return s, err
 	}
@@ -192,6 +199,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.gatewayPort = ports[5]
 	webhookListen, webhookHealth := addr(6), addr(7)
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
+	msListen, msHealth, msMetrics, mmHealth := addr(11), addr(12), addr(13), addr(14)
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
@@ -213,7 +221,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		s.operators = []Operator{{Listen: opListen, Health: opHealth, Metrics: opMetrics}}
 	} else {
 		for i := range replicas {
-			s.operators = append(s.operators, Operator{Listen: addr(11 + 3*i), Health: addr(12 + 3*i), Metrics: addr(13 + 3*i)})
+			s.operators = append(s.operators, Operator{Listen: addr(15 + 3*i), Health: addr(16 + 3*i), Metrics: addr(17 + 3*i)})
 		}
 	}
 	var opProcs []*process
@@ -248,8 +256,13 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}
 	s.step("example operator listening on %s for POST %s", opListen, contract.EventPath(Manager))
 
+	if err := s.startModuleSync(ctx, binaries, msListen, msHealth, msMetrics, mmHealth); err != nil {
+		return s, err
+	}
+
 	if err := s.startGateway(runCtx, authzGRPC, map[string]string{
-		fmt.Sprintf("%s.%s.svc.cluster.local:%d", OperatorService, KymaNamespace, OperatorPort): opListen,
+		fmt.Sprintf("%s.%s.svc.cluster.local:%d", OperatorService, KymaNamespace, OperatorPort):     opListen,
+		fmt.Sprintf("%s.%s.svc.cluster.local:%d", ModuleSyncService, KymaNamespace, ModuleSyncPort): msListen,
 	}); err != nil {
 		return s, err
 	}

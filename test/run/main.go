@@ -2,7 +2,11 @@
 // this machine (see test/localenv). Once it is up, it changes a watched Kyma
 // in the SKR every few seconds and prints, for each change, what the example
 // operator in the KCP received and how long it took from the SKR write to the
-// operator. Ctrl-C stops everything and removes the temporary files.
+// operator. It also edits the demo Module CR (a Sample) in the SKR and prints
+// when module-sync's ModuleConfig in the KCP changed and when the object the
+// example module manager derives from it (ConfigMap sample-config) changed
+// back in the SKR, with the round-trip time. Ctrl-C stops everything and
+// removes the temporary files.
 //
 // Cleaning up does not depend on stdout: it comes first, and writes to a
 // closed stdout (`make run | tee log` with tee stopped by the same Ctrl-C)
@@ -137,11 +141,19 @@ func run(interval time.Duration) (err error) {
 	fmt.Printf("Up in %s.\n\n", time.Since(began).Round(100*time.Millisecond))
 	explain(sys, filepath.Join(realAssets, "kubectl"))
 
+	loop, err := sys.WatchModuleLoop(ctx)
+	if err != nil {
+		return err
+	}
+	sent := map[string]time.Time{} // greeting -> when the demo wrote it to the Sample
 	writes := time.NewTicker(interval)
 	defer writes.Stop()
 	var pending time.Time // when the demo's last unanswered write happened
 	n := 0
 	if pending, err = changeKyma(ctx, sys, 0); err != nil {
+		return err
+	}
+	if err := changeSample(ctx, sys, 0, sent); err != nil {
 		return err
 	}
 	firstAt := time.Time{}
@@ -157,6 +169,14 @@ func run(interval time.Duration) (err error) {
 				}
 				fmt.Fprintln(os.Stderr, "  ! SKR write failed:", err)
 			}
+			if err := changeSample(ctx, sys, n, sent); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				fmt.Fprintln(os.Stderr, "  ! SKR write failed:", err)
+			}
+		case o := <-loop:
+			printObservation(o, sent)
 		case ev := <-sys.Events:
 			latency := "(a write not made by this demo)"
 			if !pending.IsZero() && !ev.Time.Before(pending) {
@@ -227,15 +247,58 @@ which answers at once and posts the event over mTLS to the KCP gateway; ext-auth
 client certificate's SAN is the skr-domain of Kyma %s/%s (SAN pinning); the VirtualService that
 vs-controller made routes it to the example operator, which prints what it received.
 
+Module sync: the demo also edits the Module CR Sample %s/%s in the SKR. Its Watcher (manager
+module-sync) sends the event to module-sync, which mirrors the CR into ModuleConfig %s in the KCP;
+the example module manager turns that into SyncResource %s, which module-sync applies into the
+SKR (ConfigMap %s with the greeting, Deployment %s-workload with spec.replicas).
+
 Make your own changes (label %s=%s selects what is watched):
   %s --kubeconfig %s -n %s edit kymas.operator.kyma-project.io %s
-  %s --kubeconfig %s get watchers,virtualservices,certificates -A
+  %s --kubeconfig %s -n %s edit samples.sample.kyma-project.io %s
+  %s --kubeconfig %s get watchers,virtualservices,certificates,moduleconfigs,syncresources -A
 Logs of every process: %s
 Ctrl-C stops everything.
 
-`, demoKyma, localenv.KymaNamespace, localenv.RuntimeID, localenv.WatchedLabel, localenv.Manager,
+`, demoKyma, localenv.KymaNamespace, localenv.RuntimeID,
+		localenv.SKRNamespace, localenv.SampleName, localenv.SampleModuleConfig(), localenv.SampleModuleConfig(),
+		localenv.SampleConfigMap, localenv.SampleModule,
+		localenv.WatchedLabel, localenv.Manager,
 		kubectl, sys.SKR.KubeconfigPath, demoKyma.Namespace, demoKyma.Name,
+		kubectl, sys.SKR.KubeconfigPath, localenv.SKRNamespace, localenv.SampleName,
 		kubectl, sys.KCP.KubeconfigPath, filepath.Join(sys.Dir, "logs"))
+}
+
+// changeSample creates the demo Module CR (n = 0) or changes its
+// spec.greeting and spec.replicas, remembering when.
+func changeSample(ctx context.Context, sys *localenv.System, n int, sent map[string]time.Time) error {
+	greeting := fmt.Sprintf("hello-%d", n)
+	replicas := int64(n%3 + 1)
+	at, err := sys.SetSampleGreeting(ctx, greeting, replicas)
+	if err != nil {
+		return err
+	}
+	sent[greeting] = at
+	delete(sent, fmt.Sprintf("hello-%d", n-20)) // bounded
+	fmt.Printf("  %s  SKR: set spec.greeting=%s spec.replicas=%d on Module CR Sample %s/%s\n",
+		at.Format("15:04:05.000"), greeting, replicas, localenv.SKRNamespace, localenv.SampleName)
+	return nil
+}
+
+// printObservation prints a step of the module loop with its time since
+// the Module CR edit.
+func printObservation(o localenv.Observation, sent map[string]time.Time) {
+	since := "(not an edit of this demo)"
+	if at, ok := sent[o.Greeting]; ok {
+		since = o.Time.Sub(at).Round(100 * time.Microsecond).String()
+	}
+	switch o.Where {
+	case "kcp":
+		fmt.Printf("  %s  KCP: ModuleConfig %s mirrors greeting=%s  Module CR edit → ModuleConfig: %s\n",
+			o.Time.Format("15:04:05.000"), localenv.SampleModuleConfig(), o.Greeting, since)
+	default:
+		fmt.Printf("  %s  SKR: ConfigMap %s/%s synced greeting=%s  round trip SKR → KCP → SKR: %s\n",
+			o.Time.Format("15:04:05.000"), localenv.SKRNamespace, localenv.SampleConfigMap, o.Greeting, since)
+	}
 }
 
 // changeKyma creates the demo Kyma (n = 0) or changes its spec, and returns

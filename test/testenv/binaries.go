@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -17,7 +18,9 @@ type buildResult struct {
 }
 
 // BuildBinary builds the main package in the repository folder name (e.g.
-// "ext-authz", "listener/example") into bin/<base name> and returns its path.
+// "ext-authz", "listener/example") into bin/<name with "/" as "-"> (so that
+// listener/example and module-sync/example do not collide) and returns its
+// path.
 // Each binary is built once per test process; Go's build cache makes repeated
 // builds across processes cheap. The binary is renamed into place, so test
 // processes building the same binary at once never see a partial file.
@@ -43,7 +46,7 @@ func BuildBinary(name string) (string, error) {
 			r.err = fmt.Errorf("go build ./%s: %w\n%s", name, err, out)
 			return
 		}
-		r.path = filepath.Join(binDir, filepath.Base(name))
+		r.path = filepath.Join(binDir, strings.ReplaceAll(name, "/", "-"))
 		r.err = os.Rename(tmp.Name(), r.path)
 	})
 	return r.path, r.err

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	watcherv1beta2 "github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 )
 
@@ -44,6 +45,7 @@ func Scheme() *k8sruntime.Scheme {
 		utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 		utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 		utilruntime.Must(watcherv1beta2.AddToScheme(scheme))
+		utilruntime.Must(v1alpha1.AddToScheme(scheme))
 		utilruntime.Must(istionetworkingv1.AddToScheme(scheme))
 		utilruntime.Must(istiosecurityv1.AddToScheme(scheme))
 		utilruntime.Must(certmanagerv1.AddToScheme(scheme))

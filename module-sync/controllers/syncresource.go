@@ -1,0 +1,217 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
+)
+
+// Finalizer of every SyncResource module-sync applies: removed once what
+// it created in the runtime is deleted (or the runtime is gone).
+const Finalizer = "operator.kyma-project.io/module-sync"
+
+// kymaField indexes SyncResources by spec.kyma.
+const kymaField = "spec.kyma"
+
+// syncReconciler applies SyncResources into their runtimes.
+type syncReconciler struct {
+	client   client.Client
+	runtimes *runtimeClients
+	interval time.Duration
+	backoff  workqueue.TypedRateLimiter[string]
+	now      func() metav1.Time
+}
+
+func (r *syncReconciler) setup(mgr ctrl.Manager, o Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, kymaField, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.SyncResource).Spec.Kyma}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("syncresource").
+		// Spec changes and deletion; not its own status writes.
+		For(&v1alpha1.SyncResource{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted{}))).
+		// A Kyma that appears or goes away: its SyncResources.
+		Watches(identity.NewKyma(), handler.EnqueueRequestsFromMapFunc(r.forKyma), builder.WithPredicates(kymaCreatedOrDeleted{}), builder.OnlyMetadata).
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.Workers}).
+		Complete(r)
+}
+
+func (r *syncReconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
+	list := &v1alpha1.SyncResourceList{}
+	if err := r.client.List(ctx, list, client.InNamespace(kyma.GetNamespace()), client.MatchingFields{kymaField: kyma.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
+	}
+	return out
+}
+
+// Reconcile adds the finalizer, applies the SyncResource into its runtime
+// and writes its status; on deletion it removes what it created.
+func (r *syncReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.String()
+	sr := &v1alpha1.SyncResource{}
+	if err := r.client.Get(ctx, req.NamespacedName, sr); err != nil {
+		r.backoff.Forget(key)
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if sr.DeletionTimestamp != nil {
+		return r.finalize(ctx, key, sr)
+	}
+	if !controllerutil.ContainsFinalizer(sr, Finalizer) {
+		controllerutil.AddFinalizer(sr, Finalizer)
+		if err := r.client.Update(ctx, sr); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+
+	skr, kymaGone, err := r.skrOf(ctx, sr)
+	if err != nil {
+		reason := "RuntimeUnreachable"
+		if kymaGone {
+			reason = "KymaNotFound"
+		} else if errors.Is(err, errNoKubeconfig) {
+			reason = "NoKubeconfig"
+		}
+		SyncReconciles.WithLabelValues("no-runtime").Inc()
+		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(),
+		}); werr != nil {
+			return reconcile.Result{}, werr
+		}
+		if kymaGone {
+			return reconcile.Result{}, nil // the Kyma watch brings it back
+		}
+		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+	}
+
+	res := apply.Apply(ctx, skr, sr)
+	for _, it := range res.Items {
+		SyncItems.WithLabelValues(string(it.State)).Inc()
+	}
+	state, cond := res.Summary()
+	if err := r.writeStatus(ctx, sr, res.Items, state, cond); err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case res.Retry:
+		SyncReconciles.WithLabelValues("retry").Inc()
+		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+	case state == v1alpha1.StateReady:
+		SyncReconciles.WithLabelValues("applied").Inc()
+	default:
+		SyncReconciles.WithLabelValues("failed").Inc() // refused or invalid: waits for a spec change
+	}
+	r.backoff.Forget(key)
+	return reconcile.Result{RequeueAfter: jitter(r.interval)}, nil
+}
+
+// skrOf is the client of the SyncResource's runtime; kymaGone when its
+// Kyma does not exist.
+func (r *syncReconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (client.Client, bool, error) {
+	kyma := identity.NewKyma()
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: sr.Namespace, Name: sr.Spec.Kyma}, kyma); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, true, fmt.Errorf("no Kyma %s/%s", sr.Namespace, sr.Spec.Kyma)
+		}
+		return nil, false, err
+	}
+	c, err := r.runtimes.forRuntime(ctx, identity.RuntimeIDOf(kyma))
+	return c, false, err
+}
+
+func (r *syncReconciler) finalize(ctx context.Context, key string, sr *v1alpha1.SyncResource) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(sr, Finalizer) {
+		return reconcile.Result{}, nil
+	}
+	skr, kymaGone, err := r.skrOf(ctx, sr)
+	if err == nil {
+		err = apply.Cleanup(ctx, skr, sr)
+	}
+	// Without its Kyma or its kubeconfig Secret the runtime is considered
+	// gone (as vs-controller does): nothing left to remove.
+	if err != nil && !kymaGone && !errors.Is(err, errNoKubeconfig) {
+		SyncReconciles.WithLabelValues("retry").Inc()
+		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateDeleting, metav1.Condition{
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: err.Error(),
+		}); werr != nil {
+			return reconcile.Result{}, werr
+		}
+		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+	}
+	controllerutil.RemoveFinalizer(sr, Finalizer)
+	if err := r.client.Update(ctx, sr); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	SyncReconciles.WithLabelValues("cleaned-up").Inc()
+	r.backoff.Forget(key)
+	return reconcile.Result{}, nil
+}
+
+// writeStatus writes the status when it changed (a drift pass that changes
+// nothing writes nothing).
+func (r *syncReconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource, items []v1alpha1.ItemStatus, state v1alpha1.State, cond metav1.Condition) error {
+	cond.ObservedGeneration = sr.Generation
+	old := meta.FindStatusCondition(sr.Status.Conditions, cond.Type)
+	if sr.Status.State == state && sr.Status.ObservedGeneration == sr.Generation && reflect.DeepEqual(sr.Status.Items, items) &&
+		old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
+		return nil
+	}
+	now := metav1.Now()
+	if r.now != nil {
+		now = r.now()
+	}
+	sr = sr.DeepCopy()
+	sr.Status.Items = items
+	sr.Status.State = state
+	sr.Status.ObservedGeneration = sr.Generation
+	meta.SetStatusCondition(&sr.Status.Conditions, cond)
+	sr.Status.LastOperation = &v1alpha1.LastOperation{Operation: fmt.Sprintf("%s: %s", cond.Reason, cond.Message), LastUpdateTime: now}
+	if err := r.client.Status().Update(ctx, sr); err != nil {
+		return fmt.Errorf("status of SyncResource %s/%s: %w", sr.Namespace, sr.Name, err)
+	}
+	return nil
+}
+
+// deletionStarted passes updates that set the deletion timestamp.
+type deletionStarted struct{ predicate.Funcs }
+
+func (deletionStarted) Update(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+}
+func (deletionStarted) Create(event.CreateEvent) bool   { return false }
+func (deletionStarted) Delete(event.DeleteEvent) bool   { return false }
+func (deletionStarted) Generic(event.GenericEvent) bool { return false }
+
+// kymaCreatedOrDeleted passes Kyma creations and deletions only.
+type kymaCreatedOrDeleted struct{ predicate.Funcs }
+
+func (kymaCreatedOrDeleted) Create(event.CreateEvent) bool   { return true }
+func (kymaCreatedOrDeleted) Delete(event.DeleteEvent) bool   { return true }
+func (kymaCreatedOrDeleted) Update(event.UpdateEvent) bool   { return false }
+func (kymaCreatedOrDeleted) Generic(event.GenericEvent) bool { return false }

@@ -1,0 +1,103 @@
+package localenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// Module sync in the local environment (ARCHITECTURE.md §3.11): module-sync
+// and the example module manager run as processes; the demo Module CRD is
+// installed in the SKR.
+const (
+	// ModuleSyncManager is module-sync's manager name (its event path).
+	ModuleSyncManager = "module-sync"
+	// ModuleSyncService is the in-cluster name of module-sync's listener.
+	ModuleSyncService = "module-sync"
+	ModuleSyncPort    = 8082
+	// SampleModule is the demo module: its Module CRs are Samples.
+	SampleModule = "sample"
+	// DriftInterval is module-sync's drift pass here (10m in production):
+	// short, so a change in the SKR is corrected within seconds.
+	DriftInterval = 3 * time.Second
+)
+
+// SampleGVR is the demo Module CR resource (module-sync's --module-resources).
+var SampleGVR = schema.GroupVersionResource{Group: "sample.kyma-project.io", Version: "v1alpha1", Resource: "samples"}
+
+// SampleCRDPath is the demo Module CRD.
+func SampleCRDPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "samples", "module-sync", "sample-module-crd.yaml")
+}
+
+// installSampleCRD installs the demo Module CRD in the SKR and waits until
+// it is served.
+func (s *System) installSampleCRD(ctx context.Context) error {
+	b, err := os.ReadFile(SampleCRDPath())
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(b, crd); err != nil {
+		return fmt.Errorf("%s: %w", SampleCRDPath(), err)
+	}
+	if err := s.SKR.Client.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	deadline, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return poll(deadline, 50*time.Millisecond, func(c context.Context) (bool, error) {
+		got := &apiextensionsv1.CustomResourceDefinition{}
+		if err := s.SKR.Client.Get(c, client.ObjectKeyFromObject(crd), got); err != nil {
+			return false, err
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// startModuleSync starts module-sync (listening on listen) and the example
+// module manager.
+func (s *System) startModuleSync(ctx context.Context, binaries map[string]string, listen, health, metrics, mmHealth string) error {
+	p, err := s.start("module-sync", binaries["module-sync"], nil, nil,
+		"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", listen,
+		"--health-probe-bind-address", health, "--metrics-bind-address", metrics,
+		"--kyma-namespace", KymaNamespace, "--manager", ModuleSyncManager,
+		"--module-resources", SampleGVR.Group+"/"+SampleGVR.Version+"/"+SampleGVR.Resource,
+		"--service-name", ModuleSyncService, "--service-port", fmt.Sprint(ModuleSyncPort),
+		"--drift-interval", DriftInterval.String(), "--mirror-interval", "1m")
+	if err != nil {
+		return err
+	}
+	if err := p.waitReady(ctx, "http://"+health+"/readyz", time.Minute); err != nil {
+		return err
+	}
+	s.ModuleSyncMetricsURL = "http://" + metrics + "/metrics"
+	s.step("module-sync listening on %s for POST /v2/%s/event (metrics %s)", listen, ModuleSyncManager, s.ModuleSyncMetricsURL)
+
+	p, err = s.start("module-manager", binaries["module-sync/example"], nil, nil,
+		"--kubeconfig", s.KCP.KubeconfigPath, "--health-probe-bind-address", mmHealth, "--metrics-bind-address", "0",
+		"--kyma-namespace", KymaNamespace, "--module", SampleModule)
+	if err != nil {
+		return err
+	}
+	if err := p.waitReady(ctx, "http://"+mmHealth+"/readyz", time.Minute); err != nil {
+		return err
+	}
+	s.step("example module manager (module %q): ModuleConfigs -> SyncResources", SampleModule)
+	return nil
+}
