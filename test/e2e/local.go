@@ -147,6 +147,7 @@ func (d localDelivery) Operators() []OperatorReplica {
 	return out
 }
 func (d localDelivery) ServiceAnswers() []map[int]int { return d.sys.ServiceAnswers() }
+
 // ModuleSyncEnvironment is what the module-sync specs need beyond
 // Environment: the local environment runs module-sync and the example
 // module manager (test/localenv); the kind environment does not deploy them.
