@@ -1,5 +1,5 @@
 // Command ext-authz is the Envoy ext_authz gRPC service that does SAN pinning
-// at the KCP's Istio ingress gateway (ARCHITECTURE.md §3.4, §3.7).
+// at the KCP's Istio ingress gateway (docs/architecture.md §4.5, §4.1).
 //
 // It serves envoy.service.auth.v3.Authorization and grpc.health.v1.Health on
 // --grpc-addr, /healthz and /readyz on --health-probe-bind-address and
@@ -196,7 +196,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	return runErr
 }
 
-// MaxCheckBytes bounds one gRPC message (ARCHITECTURE.md §3.10): a
+// MaxCheckBytes bounds one gRPC message (docs/architecture.md §4.10): a
 // CheckRequest with the XFCC header and the route is a few KiB; gRPC refuses
 // a larger message from its length prefix, before reading or decoding it.
 const MaxCheckBytes = 256 << 10

@@ -1,5 +1,5 @@
 // Package identity is the runtime identity shared by every component
-// (ARCHITECTURE.md §3.4, §3.7): what a runtime ID is, which Kyma CR a
+// (docs/architecture.md §4.5, §4.1): what a runtime ID is, which Kyma CR a
 // runtime ID names, and SAN pinning, which proves that a request comes from
 // that runtime. ext-authz's gRPC server, the listener's in-process mode and
 // vs-controller use it; the XFCC header grammar is in the sub-package xfcc.

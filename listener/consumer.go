@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// Replicas (ARCHITECTURE.md §3.8, "Listener side"). An operator runs as a
+// Replicas (docs/architecture.md §4.8, "Listener side"). An operator runs as a
 // Deployment with several replicas and leader election; its controllers,
 // which read Events(), run only on the leader. The listener therefore has
 // two parts:

@@ -7,7 +7,7 @@ import (
 )
 
 // TestDependencies keeps the listener light for the operators that import
-// it (ARCHITECTURE.md §2): nothing of Istio, Envoy, cert-manager or gRPC,
+// it (docs/architecture.md §1): nothing of Istio, Envoy, cert-manager or gRPC,
 // of this repository only the contract, the API types and the shared
 // identity code, and nothing of ext-authz (the listener must not depend on
 // another component: go list -deps ./listener/... holds no ext-authz package).
@@ -33,7 +33,7 @@ func TestDependencies(t *testing.T) {
 		module + "/identity":                   true,
 		module + "/identity/xfcc":              true,
 		// The Watcher API types (Kyma's GVK), imported by identity; API types
-		// are kept light like the listener (ARCHITECTURE.md §2) and their
+		// are kept light like the listener (docs/architecture.md §1) and their
 		// own dependencies pass through the same forbidden-prefix check.
 		module + "/api/v1beta2": true,
 		// SAN pinning without client-go (identity re-exports it).

@@ -45,7 +45,7 @@ func registerUnrouted() {
 
 // EnqueueKyma is an event handler for source.Channel that enqueues the Kyma
 // CR of each event's runtime in namespace, found the one way every
-// component finds it (ARCHITECTURE.md §3.4, identity.NewKymaLookup): the
+// component finds it (docs/architecture.md §4.5, identity.NewKymaLookup): the
 // Kyma labelled kyma-project.io/runtime-id=<id>, else the Kyma named <id>.
 // Changes and resyncs alike enqueue the Kyma; objects that are not listener
 // events are ignored.

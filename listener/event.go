@@ -28,7 +28,7 @@ type Event struct {
 	Watched types.NamespacedName
 	// WatchedGVK is its group, version and kind.
 	WatchedGVK schema.GroupVersionKind
-	// Resync is set on a resync event (ARCHITECTURE.md §3.8): the reason
+	// Resync is set on a resync event (docs/architecture.md §4.8): the reason
 	// ("startup", "overflow", "expired") why the sender may have missed
 	// changes of this runtime. Watched and WatchedGVK are then empty; the
 	// operator must re-read the runtime completely.

@@ -36,7 +36,7 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 
 	// A replica that cannot hand events to a running consumer (it is not
 	// the leader) sends the sender on at once: it retries and, through the
-	// Service, reaches the leader (ARCHITECTURE.md §3.8).
+	// Service, reaches the leader (docs/architecture.md §4.8).
 	if !l.ConsumerRunning() {
 		w.Header().Set("Retry-After", l.retryAfter)
 		l.metrics.noConsumer.Inc()

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Last seen (ARCHITECTURE.md §3.8, "Heartbeat"). Every accepted event —
+// Last seen (docs/architecture.md §4.8, "Heartbeat"). Every accepted event —
 // change, resync or heartbeat — records when its runtime was last heard
 // from. A watch path that breaks silently (certificates, network, webhook
 // configuration) shows as a runtime whose last-seen time stops advancing

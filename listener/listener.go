@@ -1,5 +1,5 @@
 // Package listener gives a KCP operator the events that SKR clusters push
-// through Runtime Watcher (ARCHITECTURE.md §3.3, §3.6): an HTTP endpoint
+// through Runtime Watcher (docs/architecture.md §4.4, §4.6): an HTTP endpoint
 // `POST /v2/<manager>/event` that turns each accepted WatchEvent into a
 // controller-runtime event.GenericEvent on a channel ready for
 // source.Channel.
@@ -19,7 +19,7 @@
 //
 // Besides changes, the sender posts resync events (IsResync: re-read the
 // runtime completely) and heartbeats (never on the channel; they advance
-// LastSeen), ARCHITECTURE.md §3.8.
+// LastSeen), docs/architecture.md §4.8.
 //
 // Each event's Object is an *unstructured.Unstructured with the content keys
 // of Kyma's listener v2: "watched" (map with "namespace" and "name"),

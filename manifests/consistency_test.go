@@ -251,7 +251,7 @@ var _ = Describe("the KCP manifests", func() {
 					Expect(r.GetNamespace()).To(BeElementOf(args["kyma-namespace"], gw.Namespace), "Role %s", r.GetName())
 				}
 
-				// ARCHITECTURE.md §3.9: runtime identities come from a
+				// docs/architecture.md §4.9: runtime identities come from a
 				// namespaced CA Issuer in vs-controller's namespace; the
 				// gateway's server certificate from its own CA.
 				Expect(args["issuer-kind"]).To(Equal("Issuer"))

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// ARCHITECTURE.md §3.10: ext-authz's gRPC port decides who may post events,
+// docs/architecture.md §4.10: ext-authz's gRPC port decides who may post events,
 // so only the pods of the Gateway Watchers bind to reach it.
 var _ = Describe("the KCP NetworkPolicies", func() {
 	for _, dir := range kcpOverlays {

@@ -1,5 +1,5 @@
 // Command module-sync is Runtime Watcher's module resource sync
-// (ARCHITECTURE.md §3.11): a KCP operator built on the listener. It keeps
+// (docs/architecture.md §4.11): a KCP operator built on the listener. It keeps
 // its Watchers for the configured Module CR resources, mirrors every
 // runtime's Module CRs into ModuleConfigs (on each watcher event, at start
 // and periodically) and applies SyncResources into the runtimes. See

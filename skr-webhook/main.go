@@ -1,5 +1,5 @@
 // Command skr-webhook is Runtime Watcher's admission webhook inside an SKR
-// (ARCHITECTURE.md §3.2, §3.3). The API server calls it at
+// (docs/architecture.md §4.3, §4.4). The API server calls it at
 // POST /validate/<manager> for the resources each Watcher selects; it
 // answers allowed: true at once and delivers the resulting WatchEvents to
 // the KCP asynchronously over mTLS (coalescing, retrying, bounded), with a

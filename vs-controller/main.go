@@ -1,5 +1,5 @@
 // Command vs-controller is Runtime Watcher's KCP controller
-// (ARCHITECTURE.md §3.2, §3.5): it keeps one Istio VirtualService per Watcher
+// (docs/architecture.md §4.3, §3): it keeps one Istio VirtualService per Watcher
 // CR, and for every runtime (Kyma CR) a cert-manager Certificate and the SKR
 // bundle (skr-webhook Deployment, Service, Secret and the
 // ValidatingWebhookConfiguration built from all Watchers) in the runtime's

@@ -1,5 +1,5 @@
 // Package contract is the one place for the wire contract between the parts
-// of Runtime Watcher (ARCHITECTURE.md §3): URL paths, HTTP headers, Kyma
+// of Runtime Watcher (docs/architecture.md §4): URL paths, HTTP headers, Kyma
 // annotation and label keys, deny reasons, size limits and the WatchEvent
 // body. Every component imports these names instead of re-declaring them.
 //
@@ -88,7 +88,7 @@ const (
 // in-process pinning) gives for refusing a request.
 type DenyReason string
 
-// Deny reasons (ARCHITECTURE.md §3.4 and §3.7).
+// Deny reasons (docs/architecture.md §4.5, §4.1).
 const (
 	ReasonMissingClientCert   DenyReason = "missing-client-cert"
 	ReasonMalformedXFCC       DenyReason = "malformed-xfcc"
@@ -134,10 +134,10 @@ type GroupVersionKind struct {
 	Kind    string `json:"kind"`
 }
 
-// WatchEvent is the body of POST /v2/<manager>/event (ARCHITECTURE.md §3.3).
+// WatchEvent is the body of POST /v2/<manager>/event (docs/architecture.md §4.4).
 // The sender's identity is never part of it: it is the client certificate.
 //
-// Two kinds of event carry no object (ARCHITECTURE.md §3.8): a resync
+// Two kinds of event carry no object (docs/architecture.md §4.8): a resync
 // ({"watched": {}, "watchedGvk": {}, "resync": "<reason>"}) tells the
 // operator to re-read the runtime completely; a heartbeat
 // ({"watched": {}, "watchedGvk": {}, "heartbeat": true}) only proves the
@@ -152,7 +152,7 @@ type WatchEvent struct {
 	Heartbeat bool `json:"heartbeat,omitempty"`
 }
 
-// ResyncReason says why a resync event was sent (ARCHITECTURE.md §3.8).
+// ResyncReason says why a resync event was sent (docs/architecture.md §4.8).
 type ResyncReason string
 
 // Resync reasons.

@@ -72,7 +72,7 @@ func TestWatchEventDecodesBothKeyStyles(t *testing.T) {
 }
 
 // A change event keeps the plain struct encoding; resync and heartbeat
-// events carry {} for the object they do not name (ARCHITECTURE.md §3.8).
+// events carry {} for the object they do not name (docs/architecture.md §4.8).
 func TestWatchEventEncoding(t *testing.T) {
 	type plain struct {
 		Watched    contract.ObjectKey        `json:"watched"`

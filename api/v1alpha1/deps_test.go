@@ -7,7 +7,7 @@ import (
 )
 
 // TestDependencies keeps the API light for the module teams that import it
-// (ARCHITECTURE.md §3.11): k8s.io/apimachinery and the standard library,
+// (docs/architecture.md §4.11): k8s.io/apimachinery and the standard library,
 // nothing of controller-runtime or client-go and nothing else of this
 // repository.
 func TestDependencies(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package v1alpha1 holds the module resource sync API (group
-// operator.kyma-project.io, ARCHITECTURE.md §3.11): ModuleConfig, the KCP
+// operator.kyma-project.io, docs/architecture.md §4.11): ModuleConfig, the KCP
 // mirror of a Module CR in a runtime, and SyncResource, the objects a module
 // manager wants in a runtime. The shapes follow Kyma's ADRs "KCP
 // ModuleConfig" and "KCP SyncResource".

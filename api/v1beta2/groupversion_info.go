@@ -1,5 +1,5 @@
 // Package v1beta2 holds the Watcher API (group operator.kyma-project.io),
-// compatible with Kyma Lifecycle Manager's Watcher CRD (ARCHITECTURE.md §3.1).
+// compatible with Kyma Lifecycle Manager's Watcher CRD (docs/architecture.md §4.2).
 //
 // +kubebuilder:object:generate=true
 // +groupName=operator.kyma-project.io

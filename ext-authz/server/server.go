@@ -1,5 +1,5 @@
 // Package server is ext-authz's envoy.service.auth.v3.Authorization gRPC
-// service (ARCHITECTURE.md §3.4, §3.7). Check takes the client certificate
+// service (docs/architecture.md §4.5, §4.1). Check takes the client certificate
 // from the x-forwarded-client-cert request header (and
 // attributes.source.certificate when present), does SAN pinning through a
 // Verifier and answers:

@@ -1,4 +1,4 @@
-// Package pinning is SAN pinning (ARCHITECTURE.md §3.4, §3.7): a Verifier
+// Package pinning is SAN pinning (docs/architecture.md §4.5, §4.1): a Verifier
 // takes the client certificate from an x-forwarded-client-cert header, checks
 // it and accepts it only when the Kyma CR of the runtime named by its CN
 // carries, in its skr-domain annotation, one of the certificate's DNS SANs.

@@ -202,7 +202,7 @@ func checkExpectation(t *testing.T, key string, val json.RawMessage, elems []xfc
 			t.Errorf("upstream listener refuses (%s), but the certificate decoded", s)
 		}
 	case "subject_common_name", "subject_common_name_element_0":
-		// The Subject pair is never used for identity (ARCHITECTURE §3.7);
+		// The Subject pair is never used for identity (docs/architecture.md §4.1);
 		// this checks the raw value carries the CN the source expects.
 		var want string
 		mustUnmarshal(t, val, &want)

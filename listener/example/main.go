@@ -7,7 +7,7 @@
 // For every event it reconciles it prints one human-readable line to
 // stdout (the time it received the event, the runtime, the watched object
 // and the Kyma it reconciled) and logs the same facts, structured, to
-// stderr. A resync event (ARCHITECTURE.md §3.8) re-reads the runtime and
+// stderr. A resync event (docs/architecture.md §4.8) re-reads the runtime and
 // prints a line marked "resync (<reason>)". The listener serves on every
 // replica; with --leader-elect only the leader accepts events (the others
 // answer 503). GET /last-seen on the metrics address lists when each runtime

@@ -1,4 +1,4 @@
-// Package apply is module-sync's apply engine (ARCHITECTURE.md §3.11): it
+// Package apply is module-sync's apply engine (docs/architecture.md §4.11): it
 // makes one runtime (SKR) hold what a SyncResource's items say, through a
 // controller-runtime client for that runtime, and reports per item.
 //

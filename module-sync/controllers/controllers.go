@@ -1,4 +1,4 @@
-// Package controllers is module-sync's KCP side (ARCHITECTURE.md §3.11):
+// Package controllers is module-sync's KCP side (docs/architecture.md §4.11):
 // one controller-runtime manager with
 //
 //   - the Watchers of module-sync (one per configured Module CR resource,

@@ -1,4 +1,4 @@
-// Command example is an example module manager (ARCHITECTURE.md §3.11): the
+// Command example is an example module manager (docs/architecture.md §4.11): the
 // kubebuilder-style KCP operator a module team writes. It reads the
 // ModuleConfigs of one module (--module; module-sync mirrors every runtime's
 // Module CR into one) and writes, per ModuleConfig, a SyncResource that

@@ -1,5 +1,5 @@
 // Package mirror keeps the ModuleConfigs of one runtime equal to its Module
-// CRs (ARCHITECTURE.md §3.11): it lists the configured Module CR resources in
+// CRs (docs/architecture.md §4.11): it lists the configured Module CR resources in
 // the runtime (SKR) and creates, updates or deletes the ModuleConfigs of the
 // runtime's Kyma in the KCP so that there is one per module, holding the
 // Module CR trimmed to apiVersion, kind, metadata (name, namespace,

@@ -24,7 +24,7 @@ type Enqueuer interface {
 
 // OverflowRequester is told when a review of a manager was answered without
 // being read (more than the in-flight bound): the change it announced may be
-// lost, so the manager needs an "overflow" resync (ARCHITECTURE.md §3.8,
+// lost, so the manager needs an "overflow" resync (docs/architecture.md §4.8,
 // §3.10). It must return at once. (*delivery.Dispatcher).Overflow fits.
 type OverflowRequester interface {
 	Overflow(manager string)

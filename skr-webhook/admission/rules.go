@@ -1,5 +1,5 @@
 // Package admission turns admission.k8s.io/v1 AdmissionReviews into
-// WatchEvents (ARCHITECTURE.md §3.2) and serves them at
+// WatchEvents (docs/architecture.md §4.3) and serves them at
 // POST /validate/<manager>. The answer is always "allowed" and never waits
 // for the KCP: an emitted event is handed to an Enqueuer that must not block.
 package admission
@@ -92,7 +92,7 @@ type reviewView struct {
 
 func present(raw []byte) bool { return len(raw) > 0 && !bytes.Equal(raw, []byte("null")) }
 
-// Decide applies the event rules of ARCHITECTURE.md §3.2 to one request:
+// Decide applies the event rules of docs/architecture.md §4.3 to one request:
 //
 //   - dryRun: true never emits; CONNECT never emits.
 //   - CREATE emits, named from .object.

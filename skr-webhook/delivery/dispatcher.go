@@ -1,5 +1,5 @@
 // Package delivery sends WatchEvents from the SKR to the KCP
-// (ARCHITECTURE.md §3.3, §3.8) asynchronously: a bounded, coalescing
+// (docs/architecture.md §4.4, §4.8) asynchronously: a bounded, coalescing
 // in-memory queue keyed by manager + GVK + namespace/name, a pool of workers
 // posting over one HTTP/2 mTLS client, retries with capped exponential
 // backoff and jitter, and a bounded drain on shutdown. Enqueue never blocks.

@@ -1,6 +1,6 @@
 // Package certmanager is a TEST STAND-IN for cert-manager's controller with
 // SelfSigned and CA issuers, for the local environment and the test suites,
-// where cert-manager cannot run (ARCHITECTURE.md §4).
+// where cert-manager cannot run (docs/architecture.md §1).
 //
 // What it does, as cert-manager does:
 //   - resolves a Certificate's issuerRef: kind Issuer (the default) is looked

@@ -26,7 +26,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 )
 
-// Delivery (ARCHITECTURE.md §3.8, issue 14): every change is followed by an
+// Delivery (docs/architecture.md §4.8, issue 14): every change is followed by an
 // event or a resync — never silence. These specs break the path on purpose,
 // so they need an environment with delivery controls (the local one; the
 // kind run leaves them out with -ginkgo.label-filter='!delivery').

@@ -1,4 +1,4 @@
-// Package e2e holds the end-to-end suite: the user journeys of ARCHITECTURE.md
+// Package e2e holds the end-to-end suite: the user journeys of docs/architecture.md
 // run against a whole system. The specs are written once against
 // Environment; E2E_ENV selects the implementation: "local" (default, the
 // real binaries and API servers of test/localenv) or "kind" (real Istio and
@@ -63,7 +63,7 @@ type Environment interface {
 }
 
 // DeliveryEnvironment is an Environment that can break the delivery path
-// on purpose (ARCHITECTURE.md §3.8); the local one can.
+// on purpose (docs/architecture.md §4.8); the local one can.
 type DeliveryEnvironment interface {
 	Delivery() DeliveryControls
 }

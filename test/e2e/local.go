@@ -32,7 +32,7 @@ func StartLocal(ctx context.Context, log logr.Logger) (Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The KCP shape of ARCHITECTURE.md §3.8: two operator replicas with
+	// The KCP shape of docs/architecture.md §4.8: two operator replicas with
 	// leader election; heartbeats every second (when the webhook has them).
 	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log, OperatorReplicas: 2, HeartbeatInterval: time.Second})
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 )
 
-// Module resource sync (ARCHITECTURE.md §3.11): a Module CR edit in the SKR
+// Module resource sync (docs/architecture.md §4.11): a Module CR edit in the SKR
 // travels SKR → module-sync (watcher event) → ModuleConfig in the KCP → the
 // example module manager's SyncResource → module-sync → the object in the
 // SKR. "Within seconds" is 10 s here.

@@ -91,7 +91,7 @@ type Gateway struct {
 // Fault answers a request in place of the gateway (fault injection for
 // tests): ok=false lets the request through. 404 stands for a route not yet
 // programmed, 403 for ext-authz's cache not yet knowing a new Kyma
-// (ARCHITECTURE.md §3.8).
+// (docs/architecture.md §4.8).
 type Fault func(r *http.Request) (status int, ok bool)
 
 // SetFault installs f (nil removes it).

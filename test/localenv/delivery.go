@@ -22,7 +22,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 )
 
-// Delivery controls (ARCHITECTURE.md §3.8) for the e2e suite: the
+// Delivery controls (docs/architecture.md §4.8) for the e2e suite: the
 // skr-webhook can be killed and started again, the gateway can answer
 // injected faults, and the example operators run as replicas behind a
 // Service stand-in.

@@ -1,5 +1,5 @@
 // Package localenv brings up the whole of Runtime Watcher on one machine
-// without containers (ARCHITECTURE.md §4, "Local"): a KCP and an SKR API
+// without containers (docs/architecture.md §1, "Local"): a KCP and an SKR API
 // server (real kube-apiserver and etcd), the project's binaries as real
 // processes — ext-authz, vs-controller, skr-webhook, the example operator,
 // module-sync and the example module manager — and the stand-ins for what cannot run here:
@@ -81,7 +81,7 @@ type Options struct {
 	Log      logr.Logger
 	// OperatorReplicas runs that many example operators with leader
 	// election behind a per-request round-robin "Service" (default 1: one
-	// operator, no leader election) — the KCP shape of ARCHITECTURE.md §3.8.
+	// operator, no leader election) — the KCP shape of docs/architecture.md §4.8.
 	OperatorReplicas int
 	// HeartbeatInterval is the skr-webhook's --heartbeat-interval, when
 	// its binary has the flag (0: its default).
@@ -168,7 +168,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 
 	// cert-manager stand-in and the PKI of manifests/kcp/base/pki.yaml:
 	// the runtime CA is a namespaced CA Issuer in vs-controller's namespace
-	// (only Certificates there can use it, ARCHITECTURE.md §3.9), the
+	// (only Certificates there can use it, docs/architecture.md §4.9), the
 	// gateway's server certificate comes from its own CA in istio-system.
 	for _, obj := range pkiObjects() {
 		if err := s.KCP.Client.Create(ctx, obj); err != nil {

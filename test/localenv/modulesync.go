@@ -16,7 +16,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
-// Module sync in the local environment (ARCHITECTURE.md §3.11): module-sync
+// Module sync in the local environment (docs/architecture.md §4.11): module-sync
 // and the example module manager run as processes; the demo Module CRD is
 // installed in the SKR.
 const (

@@ -1,5 +1,5 @@
 // Package testenv starts real Kubernetes API servers (kube-apiserver and etcd
-// built from source by `make envtest-assets`, see ARCHITECTURE.md §4) for the
+// built from source by `make envtest-assets`, see docs/architecture.md §1) for the
 // integration suites, the e2e suite and `make run`. Each named cluster ("kcp",
 // "skr", …) is its own API server with every CRD the project needs installed,
 // and an admin kubeconfig file that the project's binaries can use.

@@ -1,5 +1,5 @@
 // Package bundle builds the objects vs-controller applies into every runtime
-// (SKR) cluster (ARCHITECTURE.md §3.2): the namespace, the Secret
+// (SKR) cluster (docs/architecture.md §4.3): the namespace, the Secret
 // skr-webhook-tls, the skr-webhook Deployment and Service (rendered from the
 // kustomize base in manifests/skr), and the ValidatingWebhookConfiguration
 // skr-webhook with one webhook per Watcher CR.
@@ -30,7 +30,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
 )
 
-// Names of the SKR objects (ARCHITECTURE.md §3.2).
+// Names of the SKR objects (docs/architecture.md §4.3).
 const (
 	// Name of the Deployment, Service and ValidatingWebhookConfiguration.
 	Name = "skr-webhook"
@@ -176,7 +176,7 @@ func Usable(w *v1beta2.Watcher) bool {
 		len(validation.IsDNS1123Subdomain(w.WebhookName())) == 0
 }
 
-// Webhook is a Watcher's webhook (ARCHITECTURE.md §3.2).
+// Webhook is a Watcher's webhook (docs/architecture.md §4.3).
 func Webhook(o Options, w *v1beta2.Watcher, caBundle []byte) admissionregistrationv1.ValidatingWebhook {
 	resource := w.Spec.ResourceToWatch.Resource
 	if w.Spec.Field == v1beta2.StatusField {

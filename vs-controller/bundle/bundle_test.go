@@ -69,7 +69,7 @@ func TestDeployment(t *testing.T) {
 	if mounts["tls"] != "/etc/skr-webhook/tls" || mounts["managers"] != "/etc/skr-webhook/managers" {
 		t.Fatalf("mounts %v", mounts)
 	}
-	// Delivery (ARCHITECTURE.md §3.8): 2 replicas spread over nodes, a
+	// Delivery (docs/architecture.md §4.8): 2 replicas spread over nodes, a
 	// preStop without a shell, a grace period above preStop + drain.
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Fatalf("replicas %v", d.Spec.Replicas)

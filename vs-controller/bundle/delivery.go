@@ -12,7 +12,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
 )
 
-// Delivery objects of the bundle (ARCHITECTURE.md §3.8): the
+// Delivery objects of the bundle (docs/architecture.md §4.8): the
 // PodDisruptionBudget of the two webhook replicas and the managers file.
 const (
 	// ManagersConfigMapName is the ConfigMap holding the managers file.

@@ -1,5 +1,5 @@
 // Package certificates builds and reads a runtime's cert-manager
-// Certificate in the KCP (ARCHITECTURE.md §3.2): named
+// Certificate in the KCP (docs/architecture.md §4.3): named
 // <runtime-id>-webhook-tls like its Secret, in the Kyma's namespace and
 // owned by the Kyma, with the runtime ID as common name. The issued
 // certificate is the SKR webhook's serving and client certificate.

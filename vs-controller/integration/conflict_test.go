@@ -15,7 +15,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
-// ARCHITECTURE.md §3.10: a route (Gateway + /v2/<manager>/event) belongs to
+// docs/architecture.md §4.10: a route (Gateway + /v2/<manager>/event) belongs to
 // the oldest Watcher claiming it, in any namespace.
 var _ = Describe("Route ownership across namespaces", Label("bounds"), func() {
 	// createAfter creates w once the clock is past the creation second of

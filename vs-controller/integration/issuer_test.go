@@ -15,7 +15,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 )
 
-// ARCHITECTURE.md §3.9: the runtime Issuer is namespaced, so nobody outside
+// docs/architecture.md §4.9: the runtime Issuer is namespaced, so nobody outside
 // vs-controller's namespace can mint a runtime's identity with it.
 var _ = Describe("the runtime Issuer", func() {
 	It("does not issue a Certificate in another namespace that names it", func(ctx SpecContext) {

@@ -109,7 +109,7 @@ var _ = Describe("Lifecycle Manager's Watchers", func() {
 		// Several fixtures are alternative samples of one manager
 		// (lifecycle-manager) on the one Gateway: only the oldest routes it
 		// (creationTimestamp, then name), the others report RouteConflict
-		// (ARCHITECTURE.md §3.10).
+		// (docs/architecture.md §4.10).
 		owners := map[string]*v1beta2.Watcher{}
 		for _, u := range watchers {
 			if _, ok := unroutable[u.GetName()]; ok {

@@ -51,7 +51,7 @@ func init() {
 	ctrlmetrics.Registry.MustRegister(VirtualServiceReconciles, WatcherWrites, RuntimeReconciles, RuntimeWrites)
 }
 
-// Certificate and CA metrics (ARCHITECTURE.md §3.9).
+// Certificate and CA metrics (docs/architecture.md §4.9).
 var (
 	// CANotAfter is each CA's not-after (Unix seconds), by anchor and CA
 	// serial.

@@ -19,7 +19,7 @@ import (
 
 // ReasonRouteConflict: an older Watcher (in any namespace) already routes
 // the same manager's event path on one of the same Gateways
-// (ARCHITECTURE.md §3.10).
+// (docs/architecture.md §4.10).
 const ReasonRouteConflict = "RouteConflict"
 
 // older orders Watchers by age: creationTimestamp, then namespace/name (the

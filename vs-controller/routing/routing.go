@@ -1,4 +1,4 @@
-// Package routing is vs-controller's Watcher reconciler (ARCHITECTURE.md
+// Package routing is vs-controller's Watcher reconciler (docs/architecture.md
 // §3.5): for every Watcher CR it keeps one Istio VirtualService, with the same
 // name and namespace, that routes POST /v2/<manager>/event from the Gateways
 // the Watcher selects to the operator's listener Service. It reports the

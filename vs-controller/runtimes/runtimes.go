@@ -1,4 +1,4 @@
-// Package runtimes is vs-controller's runtime reconciler (ARCHITECTURE.md
+// Package runtimes is vs-controller's runtime reconciler (docs/architecture.md
 // §3.2): for every Kyma CR with an skr-domain annotation and a kubeconfig
 // Secret it keeps a cert-manager Certificate in the KCP and, once the
 // Certificate's Secret exists, applies the SKR bundle (namespace, Secret

@@ -1,4 +1,4 @@
-// Package trust keeps vs-controller's trust bundles (ARCHITECTURE.md §3.9,
+// Package trust keeps vs-controller's trust bundles (docs/architecture.md §4.9,
 // docs/certificates.md): for a CA Secret that cert-manager renews with a new
 // key (rotationPolicy: Always), an Anchor holds every CA certificate that is
 // valid now — the current one and, during the overlap, the ones before it —

@@ -1,4 +1,4 @@
-// Package monitoring validates manifests/monitoring (ARCHITECTURE.md §3.8):
+// Package monitoring validates manifests/monitoring (docs/architecture.md §4.8):
 // the PrometheusRule's groups load with Prometheus' own rule loader
 // (model/rulefmt: expressions parse, templates compile), every dashboard
 // query parses with its PromQL parser, and every metric the rules and the
