@@ -48,13 +48,15 @@ func (s *System) SetSampleGreeting(ctx context.Context, greeting string, replica
 	if err := s.SKR.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SKRNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return time.Time{}, err
 	}
+	// Patch first: a create attempt on an existing object also calls the
+	// SKR's admission webhook, and that event would make the patch's wait
+	// for the skr-webhook's per-object interval (1 s).
 	at := time.Now()
-	u := NewSample(greeting, replicas)
-	err := s.SKR.Client.Create(ctx, u)
-	if apierrors.IsAlreadyExists(err) {
+	patch := fmt.Sprintf(`{"spec":{"greeting":%q,"replicas":%d}}`, greeting, replicas)
+	err := s.SKR.Client.Patch(ctx, NewSample(greeting, replicas), client.RawPatch("application/merge-patch+json", []byte(patch)))
+	if apierrors.IsNotFound(err) {
 		at = time.Now()
-		patch := fmt.Sprintf(`{"spec":{"greeting":%q,"replicas":%d}}`, greeting, replicas)
-		err = s.SKR.Client.Patch(ctx, NewSample(greeting, replicas), client.RawPatch("application/merge-patch+json", []byte(patch)))
+		err = s.SKR.Client.Create(ctx, NewSample(greeting, replicas))
 	}
 	return at, err
 }
