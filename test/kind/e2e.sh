@@ -25,7 +25,8 @@
 #   E2E_TIMEOUT       go test -timeout (default 30m)
 #   E2E_GO_TEST_FLAGS extra go test flags, e.g. "-v -ginkgo.focus=outage"
 #                     (the `delivery` specs need the local environment's
-#                     delivery controls and are left out here)
+#                     delivery controls, the `module-sync` specs its demo
+#                     module manager; both are left out here)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -269,7 +270,7 @@ run_suite() {
 		KYMA_NAMESPACE="$KYMA_NS" \
 		RUNTIME_ID="$RUNTIME_ID" \
 		SKR_DOMAIN="$SKR_DOMAIN" \
-		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -ginkgo.label-filter='!delivery' ${E2E_GO_TEST_FLAGS:-}
+		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -ginkgo.label-filter='!delivery && !module-sync' ${E2E_GO_TEST_FLAGS:-}
 }
 
 # collect_diagnostics: what is needed to understand a failure, in
