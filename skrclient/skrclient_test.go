@@ -177,7 +177,7 @@ func TestKubeconfigClientsNewMapperPerRuntime(t *testing.T) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(scheme))
 	var hosts []string
-	k := &skrclient.KubeconfigClients{Scheme: scheme, NewMapper: func(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+	k := &skrclient.KubeconfigClients{Scheme: scheme, AllowInsecure: true, NewMapper: func(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
 		if hc == nil {
 			t.Error("NewMapper got no HTTP client")
 		}
