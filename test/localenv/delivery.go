@@ -6,10 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,52 +161,80 @@ func (s *System) WebhookRSS() (current, peak int64, err error) {
 
 // roundRobin is the operators' Service stand-in: per request, the next
 // replica (kube-proxy/Envoy balance per connection or request; per request
-// makes every replica see traffic).
+// makes every replica see traffic). Like Envoy behind Istio's default retry
+// policy (retriable status 503, two retries, never the same host again), a
+// 503 — a replica whose event consumer does not run — is retried once on
+// each other replica before it is passed on.
 type roundRobin struct {
 	mu      sync.Mutex
 	next    int
 	counts  []map[int]int
-	targets []*url.URL
+	targets []string
 }
 
 func startRoundRobin(ctx context.Context, addr string, ops []Operator) (*roundRobin, error) {
 	rr := &roundRobin{}
 	for _, op := range ops {
-		rr.targets = append(rr.targets, &url.URL{Scheme: "http", Host: op.Listen})
+		rr.targets = append(rr.targets, op.Listen)
 		rr.counts = append(rr.counts, map[int]int{})
-	}
-	type pickKey struct{}
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			rr.mu.Lock()
-			i := rr.next
-			rr.next = (rr.next + 1) % len(rr.targets)
-			rr.mu.Unlock()
-			pr.SetURL(rr.targets[i])
-			pr.Out.Host = pr.In.Host
-			*pr.Out = *pr.Out.WithContext(context.WithValue(pr.Out.Context(), pickKey{}, i))
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			if i, ok := resp.Request.Context().Value(pickKey{}).(int); ok {
-				rr.mu.Lock()
-				rr.counts[i][resp.StatusCode]++
-				rr.mu.Unlock()
-			}
-			return nil
-		},
 	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: rr, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
 	return rr, nil
+}
+
+func (rr *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	rr.mu.Lock()
+	first := rr.next
+	rr.next = (rr.next + 1) % len(rr.targets)
+	rr.mu.Unlock()
+	for attempt := range len(rr.targets) {
+		i := (first + attempt) % len(rr.targets)
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+rr.targets[i]+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = r.Header.Clone()
+		out.Host = r.Host
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			if attempt == len(rr.targets)-1 {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			continue
+		}
+		rr.mu.Lock()
+		rr.counts[i][resp.StatusCode]++
+		rr.mu.Unlock()
+		if resp.StatusCode == http.StatusServiceUnavailable && attempt < len(rr.targets)-1 {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			continue
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		_ = resp.Body.Close()
+		return
+	}
 }
 
 func (rr *roundRobin) answers() []map[int]int {

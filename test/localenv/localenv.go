@@ -325,6 +325,10 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 	s.step("skr-webhook serving the SKR API server on %s, delivering to %s", webhookListen, s.GatewayAddr)
+	if err := s.waitAdmission(ctx); err != nil {
+		return s, fmt.Errorf("the SKR API server does not call the skr-webhook: %w", err)
+	}
+	s.step("the SKR API server calls the skr-webhook")
 	return s, nil
 }
 
