@@ -195,6 +195,22 @@ var _ = Describe("Runtime Watcher", Ordered, func() {
 		w := &v1beta2.Watcher{ObjectMeta: metav1.ObjectMeta{Name: n.WatcherName, Namespace: n.KymaNamespace}}
 		Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(w), w)).To(Succeed())
 		webhookName := w.WebhookName()
+		// Other containers (delivery, module sync, CA rotation) run after
+		// this one in random order and need the sample Watcher: put it
+		// back, and wait for its route, whatever this spec finds.
+		restored := &v1beta2.Watcher{ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace, Labels: w.Labels, Annotations: w.Annotations}, Spec: w.Spec}
+		DeferCleanup(func(ctx SpecContext) {
+			Eventually(func() error {
+				err := env.KCP().Create(ctx, restored.DeepCopy())
+				if apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("the deleted Watcher is still there")
+				}
+				return err
+			}).Should(Succeed())
+			Eventually(func() error {
+				return env.KCP().Get(ctx, client.ObjectKeyFromObject(w), &istionetworkingv1.VirtualService{})
+			}).Should(Succeed(), "the restored Watcher's VirtualService")
+		})
 		Expect(env.KCP().Delete(ctx, w)).To(Succeed())
 
 		Eventually(func() bool {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 // Module resource sync (docs/architecture.md §4.11): a Module CR edit in the SKR
@@ -181,9 +183,13 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 
 		It("reports an unreachable runtime and backs off", func(ctx SpecContext) {
 			const id = "e2e-unreachable"
+			// A verified kubeconfig (an insecure one is refused before any
+			// connection) of a server that is not there.
+			ca, err := pki.NewCA("unreachable-ca")
+			Expect(err).NotTo(HaveOccurred())
 			kubeconfig := []byte(`apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority-data: "` + base64.StdEncoding.EncodeToString(ca.PEM) + `"}}]
 users: [{name: u, user: {token: t}}]
 contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
