@@ -47,6 +47,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		if err := env.SKR().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())
 		}
+		pathReady(ctx, n)
 	})
 
 	// createWatched creates watched Kymas and waits for their first events.

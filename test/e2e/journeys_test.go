@@ -39,17 +39,15 @@ var _ = Describe("Runtime Watcher", Ordered, func() {
 		if err := env.SKR().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())
 		}
+		pathReady(ctx, n)
 	})
 
 	It("(a) routes a spec change in the SKR to the operator with the right runtime ID", func(ctx SpecContext) {
 		since := time.Now()
 		kyma := n.watchedKyma("journey-a")
 		Expect(env.SKR().Create(ctx, kyma)).To(Succeed())
-		// The first event of the suite also waits for the initial roll-out
-		// (certificate issued, bundle applied, route programmed), which on a
-		// loaded 2-core machine can take longer than one default timeout.
 		Eventually(func() []string { return runtimeIDs(received.For(n.SKRNamespace, "journey-a", since)) }).
-			WithTimeout(2 * time.Minute).Should(ContainElement(n.RuntimeID))
+			Should(ContainElement(n.RuntimeID))
 
 		since = time.Now()
 		Expect(setSpec(ctx, kyma, "changed")).To(Succeed())

@@ -48,12 +48,7 @@ var _ = Describe("CA rotation", Label("ca-rotation"), Ordered, func() {
 		if err := env.KCP().Create(ctx, w); err != nil && !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())
 		}
-		probe := n.watchedKyma("rotation-probe")
-		Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, probe))).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(setSpec(ctx, probe, time.Now().String())).To(Succeed())
-			g.Expect(received.For(n.SKRNamespace, "rotation-probe", time.Now().Add(-time.Second))).NotTo(BeEmpty())
-		}).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		pathReady(ctx, n)
 	})
 
 	It("rotates the runtime CA twice and the gateway CA once with no lost event and no TLS failure", func(ctx SpecContext) {

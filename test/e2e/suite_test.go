@@ -1,7 +1,7 @@
 package e2e_test
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
@@ -21,32 +22,12 @@ var (
 	received *collector
 )
 
-// orderSeed fixes the order of the top-level containers (journeys,
-// delivery, module sync, CA rotation), which share one environment. KNOWN
-// GAP: with some orders the journeys' first event does not arrive after the
-// other containers ran; until the containers are independent of each other,
-// the suite runs in an order known to pass. E2E_RANDOM_ORDER=1 (or an
-// explicit -ginkgo.seed) shuffles as Ginkgo does by default.
-const orderSeed = 1795449258
-
+// The top-level containers (journeys, delivery, module sync, CA rotation)
+// share one environment and run in Ginkgo's random order: each starts with
+// pathReady and puts back what it changes, so none depends on another.
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	suiteConfig, reporterConfig := GinkgoConfiguration()
-	if f := flag.Lookup("ginkgo.seed"); os.Getenv("E2E_RANDOM_ORDER") == "" && (f == nil || !seedSet()) {
-		suiteConfig.RandomSeed = orderSeed
-	}
-	RunSpecs(t, "Runtime Watcher end to end ("+envName()+")", suiteConfig, reporterConfig)
-}
-
-// seedSet reports whether -ginkgo.seed was given on the command line.
-func seedSet() bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) {
-		if f.Name == "ginkgo.seed" {
-			set = true
-		}
-	})
-	return set
+	RunSpecs(t, "Runtime Watcher end to end ("+envName()+")")
 }
 
 func envName() string {
@@ -87,6 +68,27 @@ func eventuallyTimeout() time.Duration {
 		return 3 * time.Minute
 	}
 	return 30 * time.Second
+}
+
+// pathReady returns once a change in the SKR reaches the operator: it
+// changes the object "path-probe" until an event for it arrives. A container
+// that broke the path on purpose leaves it being rebuilt — a webhook
+// configuration vs-controller has just written again is not yet in the SKR
+// API server's admission chain, and a change made in that moment is never
+// reviewed (failurePolicy Ignore) — so every container that needs the path
+// calls this first, instead of relying on the order of the containers.
+func pathReady(ctx context.Context, n sample) {
+	GinkgoHelper()
+	probe := n.watchedKyma("path-probe")
+	Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, probe))).To(Succeed())
+	round := 0
+	Eventually(func(g Gomega) {
+		round++
+		since := time.Now()
+		g.Expect(setSpec(ctx, probe, fmt.Sprintf("probe-%d", round))).To(Succeed())
+		g.Eventually(func() []e2e.Event { return received.For(n.SKRNamespace, probe.GetName(), since) }).
+			WithTimeout(5 * time.Second).ShouldNot(BeEmpty())
+	}).WithTimeout(2*time.Minute).Should(Succeed(), "no change of %s/%s reached the operator", n.SKRNamespace, probe.GetName())
 }
 
 // collector keeps every event the operator received.
