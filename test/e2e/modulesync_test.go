@@ -43,11 +43,25 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 		return client.ObjectKey{Namespace: localenv.SKRNamespace, Name: name}
 	}
 
-	BeforeAll(func() {
+	BeforeAll(func(ctx SpecContext) {
 		var ok bool
 		if ms, ok = env.(e2e.ModuleSyncEnvironment); !ok {
 			Fail("the " + envName() + " environment does not deploy module-sync and the example module manager: leave out the module-sync label there (test/kind/e2e.sh does)")
 		}
+		// As pathReady for the sample Watcher: another container may have
+		// broken the path on purpose and left it being rebuilt. Edit the
+		// Module CR until an edit reaches its ModuleConfig.
+		round := 0
+		Eventually(func(g Gomega) {
+			round++
+			greeting := fmt.Sprintf("path-probe-%d", round)
+			g.Expect(ms.SetSample(ctx, greeting, 1)).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				mc := &v1alpha1.ModuleConfig{}
+				g.Expect(env.KCP().Get(ctx, mcKey, mc)).To(Succeed())
+				g.Expect(string(mc.Spec.Resource.Raw)).To(ContainSubstring(greeting))
+			}).WithTimeout(5 * time.Second).Should(Succeed())
+		}).WithTimeout(2*time.Minute).Should(Succeed(), "no Module CR edit reached the ModuleConfig")
 	})
 
 	configGreeting := func(ctx context.Context) string {
