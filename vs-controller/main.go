@@ -56,6 +56,7 @@ func main() {
 	fs.DurationVar(&o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.BoolVar(&o.AllowInsecureSKR, "allow-insecure-skr", false, "accept runtime kubeconfigs with insecure-skip-tls-verify: true (local use only; refused with an InvalidKubeconfig Event otherwise)")
 	fs.DurationVar(&o.Resync, "skr-resync", 10*time.Minute, "how often a runtime's bundle is re-checked (reads only) to repair drift")
+	fs.DurationVar(&o.KubeconfigRetry, "kubeconfig-retry", time.Minute, "how often a runtime whose kubeconfig Secret is missing is looked at again (only Secrets labelled app.kubernetes.io/part-of=runtime-watcher are watched)")
 	fs.DurationVar(&o.WatcherDebounce, "watcher-debounce", time.Second, "delay before a Watcher change re-reconciles every runtime (batches bursts)")
 	fs.IntVar(&o.RuntimeWorkers, "runtime-workers", 8, "runtimes reconciled in parallel")
 	fs.IntVar(&o.WatcherWorkers, "watcher-workers", 4, "Watchers reconciled in parallel")

@@ -47,8 +47,10 @@ var (
 	kcp, skr *testenv.Cluster
 	ca       *pki.CA
 	stop     context.CancelFunc
-	done     = make(chan struct{}, 2)
-	started  int
+	// vsMgr is vs-controller's manager (its cached client and API reader).
+	vsMgr   ctrl.Manager
+	done    = make(chan struct{}, 2)
+	started int
 )
 
 func TestIntegration(t *testing.T) {
@@ -89,10 +91,12 @@ var _ = BeforeSuite(func() {
 		Bundle:                 bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
 		SKRTimeout:             3 * time.Second,
 		WatcherDebounce:        50 * time.Millisecond,
+		KubeconfigRetry:        time.Second,
 		Adoption:               runtimes.Adoption{Poll: 200 * time.Millisecond},
 		SkipNameValidation:     true,
 	})
 	Expect(err).NotTo(HaveOccurred())
+	vsMgr = mgr
 	started++
 	go func() {
 		defer GinkgoRecover()
