@@ -32,7 +32,7 @@ func main() {
 		issuerName, kind                         string
 		extraDNS                                 string
 		caSecret, gwCASecret, gwClientCA, gwCert string
-		readyURL                                 string
+		readyURL, ingressFrom                    string
 		qps                                      float64
 		burst                                    int
 	)
@@ -50,6 +50,7 @@ func main() {
 	fs.StringVar(&o.Bundle.Image, "skr-webhook-image", "", "skr-webhook image (default: the image in manifests/skr)")
 	fs.StringVar(&o.Bundle.KCPAddr, "kcp-gateway-host", "", "KCP gateway host the SKR webhooks post events to (their --kcp-addr; required)")
 	fs.StringVar(&o.Bundle.WebhookURL, "skr-webhook-url", "", "LOCAL/TESTING AID: base URL (e.g. https://localhost:18443) the SKR API server calls instead of the skr-webhook Service")
+	fs.StringVar(&ingressFrom, "skr-webhook-ingress-from", "", `who may reach the SKR webhook's admission port (its NetworkPolicy in every runtime): "" any source (the SKR API server is usually outside the pod network), "gardener" Gardener's vpn-shoot pods only (as Lifecycle Manager), or a JSON list of NetworkPolicy peers, e.g. [{"ipBlock":{"cidr":"10.250.0.0/16"}}]`)
 	fs.StringVar(&extraDNS, "skr-webhook-extra-dns-names", "", "LOCAL/TESTING AID: comma-separated DNS names (e.g. localhost) added to every runtime certificate")
 	fs.BoolVar(&o.Adoption.WithoutSkipReconciliation, "adopt-without-skip-reconciliation", false, "take over runtimes from Lifecycle Manager even when their Kyma lacks operator.kyma-project.io/skip-reconciliation=true (LM stopped another way)")
 	fs.StringVar(&readyURL, "skr-webhook-ready-url", "", "LOCAL/TESTING AID: during a take-over from Lifecycle Manager, our webhook is ready when this URL answers over TLS verified by the runtime's CA (instead of the Deployment's readyReplicas)")
@@ -105,6 +106,14 @@ func main() {
 		os.Exit(2)
 	}
 	var err error
+	if o.Bundle.WebhookIngressFrom, err = bundle.ParseIngressFrom(ingressFrom); err != nil {
+		fmt.Fprintf(os.Stderr, "--skr-webhook-ingress-from: %v\n", err)
+		os.Exit(2)
+	}
+	if _, err := bundle.KCPPort(o.Bundle.KCPAddr); err != nil {
+		fmt.Fprintf(os.Stderr, "--kcp-gateway-host: %v\n", err)
+		os.Exit(2)
+	}
 	for _, f := range []struct {
 		flag, value, def string
 		key              *types.NamespacedName
@@ -139,7 +148,8 @@ func main() {
 		log.Error(err, "set up manager")
 		os.Exit(1)
 	}
-	log.Info("starting", "version", version.Get(), "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace)
+	log.Info("starting", "version", version.Get(), "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace,
+		"skrWebhookIngressFrom", bundle.FormatIngressFrom(o.Bundle.WebhookIngressFrom))
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

@@ -17,6 +17,7 @@ import (
 	istioapiv1 "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,6 +48,8 @@ var (
 	kcp, skr *testenv.Cluster
 	ca       *pki.CA
 	stop     context.CancelFunc
+	// webhookIngressFrom is the suite's --skr-webhook-ingress-from.
+	webhookIngressFrom []networkingv1.NetworkPolicyPeer
 	// vsMgr is vs-controller's manager (its cached client and API reader).
 	vsMgr   ctrl.Manager
 	done    = make(chan struct{}, 2)
@@ -82,13 +85,15 @@ var _ = BeforeSuite(func() {
 		defer func() { done <- struct{}{} }()
 		Expect(certmanager.Run(ctx, kcp.Config, certmanager.Options{})).To(Succeed())
 	}()
+	webhookIngressFrom, err = bundle.ParseIngressFrom(bundle.IngressFromGardener)
+	Expect(err).NotTo(HaveOccurred())
 	mgr, err := controllers.New(ctx, kcp.Config, controllers.Options{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
 		GatewayNamespace:       gatewayNS,
 		KymaNamespace:          kymaNS,
 		Issuer:                 cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},
-		Bundle:                 bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
+		Bundle:                 bundle.Options{Image: skrImage, KCPAddr: kcpGateway, WebhookIngressFrom: webhookIngressFrom},
 		SKRTimeout:             3 * time.Second,
 		WatcherDebounce:        50 * time.Millisecond,
 		KubeconfigRetry:        time.Second,
