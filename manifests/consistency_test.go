@@ -303,6 +303,9 @@ var _ = Describe("the KCP manifests", func() {
 					var root certmanagerv1.Issuer
 					oneIn(objs, "Issuer", namespace, caCert.Spec.IssuerRef.Name, &root)
 					Expect(root.Spec.SelfSigned).NotTo(BeNil())
+					Expect(caCert.Spec.SecretTemplate).NotTo(BeNil())
+					Expect(caCert.Spec.SecretTemplate.Labels).To(HaveKeyWithValue(contract.LabelPartOf, contract.PartOf),
+						"the CA Secret carries the label of vs-controller's Secret cache (docs/security.md)")
 				},
 				Entry("runtime CA", "kcp-system", "runtime-watcher-ca"),
 				Entry("gateway CA", "istio-system", "kcp-gateway-ca"),
@@ -552,6 +555,7 @@ var _ = Describe("the samples (manifests/samples)", func() {
 		one(objs, "Secret", skrclient.SecretName(localenv.RuntimeID), &s)
 		Expect(s.Namespace).To(Equal(localenv.KymaNamespace))
 		Expect(s.StringData).To(HaveKey(skrclient.SecretKey))
+		Expect(s.Labels).To(HaveKeyWithValue(contract.LabelPartOf, contract.PartOf), "labelled for vs-controller's Secret cache, as docs/operations.md recommends")
 		_, err := skrclient.RESTConfig([]byte(s.StringData[skrclient.SecretKey]))
 		Expect(err).NotTo(HaveOccurred(), "vs-controller must accept the sample kubeconfig's form")
 	})

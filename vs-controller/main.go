@@ -32,7 +32,7 @@ func main() {
 		issuerName, kind                         string
 		extraDNS                                 string
 		caSecret, gwCASecret, gwClientCA, gwCert string
-		readyURL                                 string
+		readyURL, ingressFrom                    string
 		qps                                      float64
 		burst                                    int
 	)
@@ -50,12 +50,14 @@ func main() {
 	fs.StringVar(&o.Bundle.Image, "skr-webhook-image", "", "skr-webhook image (default: the image in manifests/skr)")
 	fs.StringVar(&o.Bundle.KCPAddr, "kcp-gateway-host", "", "KCP gateway host the SKR webhooks post events to (their --kcp-addr; required)")
 	fs.StringVar(&o.Bundle.WebhookURL, "skr-webhook-url", "", "LOCAL/TESTING AID: base URL (e.g. https://localhost:18443) the SKR API server calls instead of the skr-webhook Service")
+	fs.StringVar(&ingressFrom, "skr-webhook-ingress-from", "", `who may reach the SKR webhook's admission port (its NetworkPolicy in every runtime): "" any source (the SKR API server is usually outside the pod network), "gardener" Gardener's vpn-shoot pods only (as Lifecycle Manager), or a JSON list of NetworkPolicy peers, e.g. [{"ipBlock":{"cidr":"10.250.0.0/16"}}]`)
 	fs.StringVar(&extraDNS, "skr-webhook-extra-dns-names", "", "LOCAL/TESTING AID: comma-separated DNS names (e.g. localhost) added to every runtime certificate")
 	fs.BoolVar(&o.Adoption.WithoutSkipReconciliation, "adopt-without-skip-reconciliation", false, "take over runtimes from Lifecycle Manager even when their Kyma lacks operator.kyma-project.io/skip-reconciliation=true (LM stopped another way)")
 	fs.StringVar(&readyURL, "skr-webhook-ready-url", "", "LOCAL/TESTING AID: during a take-over from Lifecycle Manager, our webhook is ready when this URL answers over TLS verified by the runtime's CA (instead of the Deployment's readyReplicas)")
 	fs.DurationVar(&o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.BoolVar(&o.AllowInsecureSKR, "allow-insecure-skr", false, "accept runtime kubeconfigs with insecure-skip-tls-verify: true (local use only; refused with an InvalidKubeconfig Event otherwise)")
 	fs.DurationVar(&o.Resync, "skr-resync", 10*time.Minute, "how often a runtime's bundle is re-checked (reads only) to repair drift")
+	fs.DurationVar(&o.KubeconfigRetry, "kubeconfig-retry", time.Minute, "how often a runtime whose kubeconfig Secret is missing is looked at again (only Secrets labelled app.kubernetes.io/part-of=runtime-watcher are watched)")
 	fs.DurationVar(&o.WatcherDebounce, "watcher-debounce", time.Second, "delay before a Watcher change re-reconciles every runtime (batches bursts)")
 	fs.IntVar(&o.RuntimeWorkers, "runtime-workers", 8, "runtimes reconciled in parallel")
 	fs.IntVar(&o.WatcherWorkers, "watcher-workers", 4, "Watchers reconciled in parallel")
@@ -104,6 +106,14 @@ func main() {
 		os.Exit(2)
 	}
 	var err error
+	if o.Bundle.WebhookIngressFrom, err = bundle.ParseIngressFrom(ingressFrom); err != nil {
+		fmt.Fprintf(os.Stderr, "--skr-webhook-ingress-from: %v\n", err)
+		os.Exit(2)
+	}
+	if _, err := bundle.KCPPort(o.Bundle.KCPAddr); err != nil {
+		fmt.Fprintf(os.Stderr, "--kcp-gateway-host: %v\n", err)
+		os.Exit(2)
+	}
 	for _, f := range []struct {
 		flag, value, def string
 		key              *types.NamespacedName
@@ -138,7 +148,8 @@ func main() {
 		log.Error(err, "set up manager")
 		os.Exit(1)
 	}
-	log.Info("starting", "version", version.Get(), "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace)
+	log.Info("starting", "version", version.Get(), "gatewayNamespace", o.GatewayNamespace, "kymaNamespace", o.KymaNamespace, "skrNamespace", o.Bundle.Namespace,
+		"skrWebhookIngressFrom", bundle.FormatIngressFrom(o.Bundle.WebhookIngressFrom))
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

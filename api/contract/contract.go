@@ -84,6 +84,17 @@ const (
 	LabelManagedBy = "operator.kyma-project.io/managed-by"
 )
 
+// LabelPartOf with the value PartOf marks what belongs to Runtime Watcher.
+// On a Secret in vs-controller's Kyma namespace it is also the cache
+// selector: vs-controller caches (and watches) only Secrets carrying it —
+// the runtime certificates' Secrets (Certificate spec.secretTemplate), the
+// CA Secrets, and kubeconfig Secrets an operator labelled
+// (docs/security.md, "Least privilege").
+const (
+	LabelPartOf = "app.kubernetes.io/part-of"
+	PartOf      = "runtime-watcher"
+)
+
 // DenyReason is the machine-readable reason ext-authz (or the listener's
 // in-process pinning) gives for refusing a request.
 type DenyReason string

@@ -1,5 +1,5 @@
 // Package skr embeds the SKR kustomize base (the skr-webhook Deployment,
-// PodDisruptionBudget, Service and Namespace) so that vs-controller renders the bundle it applies
+// PodDisruptionBudget, NetworkPolicy, Service and Namespace) so that vs-controller renders the bundle it applies
 // into every runtime from the very files this folder ships: one source of
 // truth, no YAML copies in Go strings.
 package skr
@@ -25,3 +25,8 @@ var Deployment []byte
 //
 //go:embed pdb.yaml
 var PodDisruptionBudget []byte
+
+// NetworkPolicy is networkpolicy.yaml.
+//
+//go:embed networkpolicy.yaml
+var NetworkPolicy []byte

@@ -15,7 +15,8 @@
 //     the leaf's notAfter at the CA's;
 //   - writes the Secret spec.secretName (type kubernetes.io/tls) with ca.crt,
 //     tls.crt and tls.key, the spec.secretTemplate labels and annotations and
-//     cert-manager's cert-manager.io/* annotations; sets Ready,
+//     cert-manager's cert-manager.io/* annotations (a changed template is
+//     put on an issued Secret without re-issuing it); sets Ready,
 //     notBefore/notAfter, renewalTime and revision;
 //   - issues when the Secret is missing, incomplete or no longer matches the
 //     spec (common name, DNS names, isCA, issuer), when renewalTime is
@@ -44,6 +45,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"slices"
 	"sort"
@@ -349,6 +351,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if cert, ok := matches(crt, secret); ok {
 			renew := renewalTime(crt, cert)
 			if now.Before(renew) {
+				if err := r.syncSecretTemplate(ctx, crt, secret); err != nil {
+					return reconcile.Result{}, err
+				}
 				return reconcile.Result{RequeueAfter: renew.Sub(now)}, r.setReady(ctx, crt, cert, false)
 			}
 		}
@@ -405,6 +410,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	renew := renewalTime(crt, cert)
 	return reconcile.Result{RequeueAfter: time.Until(renew)}, r.setReady(ctx, crt, cert, true)
+}
+
+// syncSecretTemplate puts spec.secretTemplate's labels and annotations on
+// an issued Secret without re-issuing, as cert-manager's post-issuance
+// SecretTemplate check does when the template changes. Unlike cert-manager
+// it does not remove labels dropped from the template.
+func (r *Reconciler) syncSecretTemplate(ctx context.Context, crt *certmanagerv1.Certificate, secret *corev1.Secret) error {
+	tpl := crt.Spec.SecretTemplate
+	if tpl == nil {
+		return nil
+	}
+	orig := secret.DeepCopy()
+	for k, v := range tpl.Labels {
+		metav1.SetMetaDataLabel(&secret.ObjectMeta, k, v)
+	}
+	for k, v := range tpl.Annotations {
+		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, k, v)
+	}
+	if maps.Equal(orig.Labels, secret.Labels) && maps.Equal(orig.Annotations, secret.Annotations) {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, secret, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("apply secretTemplate to Secret %s: %w", crt.Spec.SecretName, err)
+	}
+	return nil
 }
 
 // issue signs a certificate for the spec with key.

@@ -465,9 +465,12 @@ func (s *System) applySamples(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Labelled as docs/operations.md recommends: vs-controller caches and
+	// watches it (an unlabelled one is read uncached at every pass).
 	if err := c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(RuntimeID), Namespace: KymaNamespace},
-		Data:       map[string][]byte{skrclient.SecretKey: kubeconfig},
+		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(RuntimeID), Namespace: KymaNamespace,
+			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
+		Data: map[string][]byte{skrclient.SecretKey: kubeconfig},
 	}); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -52,7 +53,9 @@ func pkiObjects() []client.Object {
 			&certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ca.ns, Name: ca.name},
 				Spec: certmanagerv1.CertificateSpec{
 					IsCA: true, CommonName: ca.name, SecretName: ca.name,
-					Duration: &metav1.Duration{Duration: CADuration}, RenewBefore: &metav1.Duration{Duration: CARenewBefore},
+					// As manifests/kcp/base/pki.yaml: the label of vs-controller's Secret cache.
+					SecretTemplate: &certmanagerv1.CertificateSecretTemplate{Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
+					Duration:       &metav1.Duration{Duration: CADuration}, RenewBefore: &metav1.Duration{Duration: CARenewBefore},
 					PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways,
 						Algorithm: certmanagerv1.ECDSAKeyAlgorithm, Size: 256},
 					IssuerRef: cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: ca.selfSigned},

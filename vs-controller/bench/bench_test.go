@@ -66,6 +66,7 @@ var (
 	numWatchers = flag.Int("vsbench.watchers", 1000, "Watchers in the benchmark (100 with -short)")
 	numRuntimes = flag.Int("vsbench.runtimes", 500, "runtimes (Kyma CRs) in the benchmark (50 with -short)")
 	logFile     = flag.String("vsbench.log", "", "write the controller's log to this file")
+	unlabelled  = flag.Bool("vsbench.unlabelled-kubeconfigs", false, "leave the kubeconfig Secrets without the cache label (read uncached at every pass, as Lifecycle Manager's are)")
 )
 
 const (
@@ -336,6 +337,9 @@ func setup(b *testing.B, ctx context.Context) *fixture {
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: skrclient.SecretName(id)},
 			Data:       map[string][]byte{skrclient.SecretKey: kubeconfig},
+		}
+		if !*unlabelled {
+			s.Labels = map[string]string{contract.LabelPartOf: contract.PartOf}
 		}
 		if err := fast.Create(ctx, s); err != nil {
 			return err

@@ -52,7 +52,8 @@ var LMNetworkPolicyNames = []string{
 	"kyma-project.io--watcher-to-dns",
 }
 
-// Kinds only LM applies.
+// NetworkPolicyGVK: LM applies four, our bundle one (NetworkPolicyName);
+// PriorityClassGVK: a kind only LM applies.
 var (
 	NetworkPolicyGVK = networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy")
 	PriorityClassGVK = schedulingv1.SchemeGroupVersion.WithKind("PriorityClass")

@@ -1,7 +1,7 @@
 // Package bundle builds the objects vs-controller applies into every runtime
 // (SKR) cluster (docs/architecture.md §4.3): the namespace, the Secret
-// skr-webhook-tls, the skr-webhook Deployment and Service (rendered from the
-// kustomize base in manifests/skr), and the ValidatingWebhookConfiguration
+// skr-webhook-tls, the skr-webhook Deployment, Service, PodDisruptionBudget
+// and NetworkPolicy (rendered from the kustomize base in manifests/skr), and the ValidatingWebhookConfiguration
 // skr-webhook with one webhook per Watcher CR.
 //
 // Desired gives the whole bundle in apply order, WebhookConfigurations
@@ -20,6 +20,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
@@ -69,6 +70,9 @@ type Options struct {
 	WebhookURL string
 	// TimeoutSeconds of each webhook; DefaultTimeoutSeconds when 0.
 	TimeoutSeconds int32
+	// WebhookIngressFrom are the sources the NetworkPolicy admits to the
+	// webhook's admission port (ParseIngressFrom); any source when empty.
+	WebhookIngressFrom []networkingv1.NetworkPolicyPeer
 }
 
 func (o Options) namespace() string {

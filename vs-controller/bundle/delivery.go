@@ -8,6 +8,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
 )
@@ -63,7 +64,7 @@ func ManagersConfigMap(o Options, watchers []v1beta2.Watcher) *corev1.ConfigMap 
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ManagersConfigMapName, Namespace: o.namespace(),
-			Labels: map[string]string{"app.kubernetes.io/name": Name, "app.kubernetes.io/part-of": "runtime-watcher"},
+			Labels: map[string]string{"app.kubernetes.io/name": Name, contract.LabelPartOf: contract.PartOf},
 		},
 		Data: map[string]string{ManagersKey: b.String()},
 	}

@@ -39,10 +39,10 @@ var (
 func Kinds() map[schema.GroupVersionKind]bool {
 	return map[schema.GroupVersionKind]bool{
 		NamespaceGVK: true, SecretGVK: false, ServiceGVK: false, DeploymentGVK: false,
-		ConfigMapGVK: false, PodDisruptionBudgetGVK: false,
+		ConfigMapGVK: false, PodDisruptionBudgetGVK: false, NetworkPolicyGVK: false,
 		ValidatingWebhookConfigurationGVK: true,
-		// Lifecycle Manager's kinds, read and deleted by the take-over.
-		NetworkPolicyGVK: false, PriorityClassGVK: true,
+		// Lifecycle Manager's kind, read and deleted by the take-over.
+		PriorityClassGVK: true,
 	}
 }
 
@@ -63,9 +63,10 @@ func Scheme() *runtime.Scheme {
 type TLS struct{ CA, Cert, Key []byte }
 
 // Desired is the bundle in apply order (namespace, Secret, the managers
-// ConfigMap of watchers, Service, Deployment, PodDisruptionBudget, then
-// webhooks, the webhook configuration from WebhookConfigurations), each
-// with apply's hash annotation.
+// ConfigMap of watchers, NetworkPolicy — before the pods it confines —,
+// Service, Deployment, PodDisruptionBudget, then webhooks, the webhook
+// configuration from WebhookConfigurations), each with apply's hash
+// annotation.
 func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	ns, err := Namespace(o)
 	if err != nil {
@@ -83,6 +84,10 @@ func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructu
 	if err != nil {
 		return nil, err
 	}
+	np, err := NetworkPolicy(o)
+	if err != nil {
+		return nil, err
+	}
 	objs := []struct {
 		obj runtime.Object
 		gvk schema.GroupVersionKind
@@ -90,6 +95,7 @@ func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructu
 		{ns, NamespaceGVK},
 		{Secret(o, tls.CA, tls.Cert, tls.Key), SecretGVK},
 		{ManagersConfigMap(o, watchers), ConfigMapGVK},
+		{np, NetworkPolicyGVK},
 		{svc, ServiceGVK},
 		{dep, DeploymentGVK},
 		{pdb, PodDisruptionBudgetGVK},
@@ -113,14 +119,16 @@ type Ref struct {
 
 // Removal lists the bundle objects to delete when a runtime leaves, in
 // order: the webhook configuration first so the API server stops calling,
-// then the Deployment, its PodDisruptionBudget, the Service, the managers
-// ConfigMap and the Secret. The namespace is not listed (it is shared).
+// then the Deployment, its PodDisruptionBudget and NetworkPolicy (once its
+// pods are going), the Service, the managers ConfigMap and the Secret. The
+// namespace is not listed (it is shared).
 func Removal(o Options) []Ref {
 	ns := o.namespace()
 	return []Ref{
 		{ValidatingWebhookConfigurationGVK, client.ObjectKey{Name: Name}},
 		{DeploymentGVK, client.ObjectKey{Namespace: ns, Name: Name}},
 		{PodDisruptionBudgetGVK, client.ObjectKey{Namespace: ns, Name: Name}},
+		{NetworkPolicyGVK, client.ObjectKey{Namespace: ns, Name: NetworkPolicyName}},
 		{ServiceGVK, client.ObjectKey{Namespace: ns, Name: Name}},
 		{ConfigMapGVK, client.ObjectKey{Namespace: ns, Name: ManagersConfigMapName}},
 		{SecretGVK, client.ObjectKey{Namespace: ns, Name: SecretName}},

@@ -24,7 +24,8 @@ func TestDesired(t *testing.T) {
 	}
 	want := []struct{ kind, ns, name string }{
 		{"Namespace", "", "skr-ns"}, {"Secret", "skr-ns", bundle.SecretName},
-		{"ConfigMap", "skr-ns", bundle.ManagersConfigMapName}, {"Service", "skr-ns", bundle.Name},
+		{"ConfigMap", "skr-ns", bundle.ManagersConfigMapName}, {"NetworkPolicy", "skr-ns", bundle.NetworkPolicyName},
+		{"Service", "skr-ns", bundle.Name},
 		{"Deployment", "skr-ns", bundle.Name}, {"PodDisruptionBudget", "skr-ns", bundle.Name},
 		{"ValidatingWebhookConfiguration", "", bundle.Name},
 	}
@@ -48,7 +49,7 @@ func TestDesired(t *testing.T) {
 			t.Errorf("Scheme() lacks %s", u.GetKind())
 		}
 	}
-	if len(kinds) != len(want)+2 { // + Lifecycle Manager's NetworkPolicy and PriorityClass (adopt.go)
+	if len(kinds) != len(want)+1 { // + Lifecycle Manager's PriorityClass (adopt.go)
 		t.Errorf("Kinds() has %d kinds, the bundle %d", len(kinds), len(want))
 	}
 }
@@ -56,7 +57,7 @@ func TestDesired(t *testing.T) {
 func TestRemoval(t *testing.T) {
 	refs := bundle.Removal(bundle.Options{})
 	want := []string{"ValidatingWebhookConfiguration//skr-webhook", "Deployment/kyma-system/skr-webhook",
-		"PodDisruptionBudget/kyma-system/skr-webhook", "Service/kyma-system/skr-webhook",
+		"PodDisruptionBudget/kyma-system/skr-webhook", "NetworkPolicy/kyma-system/skr-webhook", "Service/kyma-system/skr-webhook",
 		"ConfigMap/kyma-system/skr-webhook-managers", "Secret/kyma-system/skr-webhook-tls"}
 	if len(refs) != len(want) {
 		t.Fatalf("%v", refs)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
@@ -55,7 +56,9 @@ func ValidRuntimeID(id string) error {
 }
 
 // Desired is runtime id's Certificate, owned by the Kyma: DNS names the
-// skr-domain, then dnsNames (deduplicated, empty ones left out).
+// skr-domain, then dnsNames (deduplicated, empty ones left out). Its
+// secretTemplate labels the Secret contract.LabelPartOf=contract.PartOf:
+// vs-controller's cache holds only Secrets so labelled.
 func Desired(kyma client.Object, id, domain string, issuer cmmeta.IssuerReference, dnsNames []string) *certmanagerv1.Certificate {
 	dns := []string{domain}
 	seen := map[string]bool{domain: true}
@@ -75,7 +78,10 @@ func Desired(kyma client.Object, id, domain string, issuer cmmeta.IssuerReferenc
 			CommonName: id,
 			DNSNames:   dns,
 			SecretName: Name(id),
-			IssuerRef:  issuer,
+			SecretTemplate: &certmanagerv1.CertificateSecretTemplate{
+				Labels: map[string]string{contract.LabelPartOf: contract.PartOf},
+			},
+			IssuerRef: issuer,
 			Usages: []certmanagerv1.KeyUsage{
 				certmanagerv1.UsageDigitalSignature, certmanagerv1.UsageKeyEncipherment,
 				certmanagerv1.UsageServerAuth, certmanagerv1.UsageClientAuth,

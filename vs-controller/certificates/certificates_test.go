@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 )
@@ -21,6 +22,9 @@ func TestDesired(t *testing.T) {
 	c := certificates.Desired(kyma, "r1", "skr.example", issuer, []string{"svc.a", "", "skr.example", "svc.a", "localhost"})
 	if c.Name != "r1-webhook-tls" || c.Namespace != "kcp-system" || c.Spec.SecretName != c.Name {
 		t.Fatalf("name %s/%s secret %s", c.Namespace, c.Name, c.Spec.SecretName)
+	}
+	if c.Spec.SecretTemplate == nil || c.Spec.SecretTemplate.Labels[contract.LabelPartOf] != contract.PartOf {
+		t.Fatalf("secretTemplate %+v: the Secret would not be in vs-controller's cache", c.Spec.SecretTemplate)
 	}
 	if c.Spec.CommonName != "r1" || c.Spec.IssuerRef != issuer {
 		t.Fatalf("CN %q issuer %+v", c.Spec.CommonName, c.Spec.IssuerRef)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -59,9 +61,10 @@ type Options struct {
 	// AllowInsecureSKR accepts runtime kubeconfigs that skip TLS
 	// verification (skrclient.ErrInsecure otherwise).
 	AllowInsecureSKR bool
-	// WatcherDebounce, Resync: see runtimes.Reconciler.
+	// WatcherDebounce, Resync, KubeconfigRetry: see runtimes.Reconciler.
 	WatcherDebounce time.Duration
 	Resync          time.Duration
+	KubeconfigRetry time.Duration
 	// Workers of the Watcher and runtime controllers (defaults when 0).
 	WatcherWorkers int
 	RuntimeWorkers int
@@ -101,6 +104,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		o.LeaderElectionNamespace = o.KymaNamespace
 	}
 	inKymaNS := map[string]cache.Config{o.KymaNamespace: {}}
+	// Least privilege (docs/security.md): of the Secrets in the Kyma
+	// namespace only ours are cached and watched. A Secret without the label
+	// is invisible to mgr.GetClient() (NotFound); read it with
+	// mgr.GetAPIReader() (uncached), as runtimes.Reconciler does for
+	// kubeconfig Secrets nobody labelled and the trust keeper for CA Secrets.
+	ours := labels.SelectorFromSet(labels.Set{contract.LabelPartOf: contract.PartOf})
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
@@ -112,7 +121,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&istionetworkingv1.Gateway{}: {Namespaces: map[string]cache.Config{o.GatewayNamespace: {}}},
 			runtimes.NewKyma():           {Namespaces: inKymaNS},
-			&corev1.Secret{}:             {Namespaces: inKymaNS},
+			&corev1.Secret{}:             {Namespaces: inKymaNS, Label: ours},
 			&certmanagerv1.Certificate{}: {Namespaces: inKymaNS},
 		}},
 	})
@@ -137,6 +146,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	rr := &runtimes.Reconciler{
 		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		KubeconfigRetry:         o.KubeconfigRetry,
 		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
 		Clients:                 clients,
 		KymaNamespace:           o.KymaNamespace,

@@ -66,7 +66,11 @@ func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.
 		o.Store = DefaultTrustStore
 	}
 	// CA Secrets, the trust stores and the gateway's Secrets are a handful
-	// of objects outside the cache: read them directly.
+	// of objects outside the cache: read them directly. This client is
+	// uncached like mgr.GetAPIReader(): it sees Secrets without
+	// contract.LabelPartOf too, which the manager's cached client does not
+	// (controllers.New) — a CA Secret somebody else created (e.g.
+	// Lifecycle Manager's) is read this way, never through mgr.GetClient().
 	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
 
 // freeAddr returns a loopback address that was free a moment ago, for a
@@ -57,6 +58,7 @@ var _ = Describe("The vs-controller binary", Ordered, func() {
 			"--kcp-gateway-host="+kcpGateway,
 			"--gateway-namespace="+gatewayNS,
 			"--kyma-namespace="+kymaNS,
+			"--skr-webhook-ingress-from="+bundle.IngressFromGardener,
 		)
 		session, err = gexec.Start(cmd, GinkgoWriter, GinkgoWriter)
 		Expect(err).NotTo(HaveOccurred())
@@ -96,5 +98,15 @@ var _ = Describe("The vs-controller binary", Ordered, func() {
 			Port: 8082, Routes: 1,
 		}))
 		Expect(session).NotTo(gexec.Exit())
+	})
+
+	It("refuses, at start, SKR webhook ingress sources the API server would refuse", func(ctx SpecContext) {
+		bin, err := testenv.BuildBinary("vs-controller")
+		Expect(err).NotTo(HaveOccurred())
+		bad, err := gexec.Start(exec.Command(bin, "--kubeconfig="+cluster.KubeconfigPath, "--issuer-name="+issuerName,
+			"--kcp-gateway-host="+kcpGateway, `--skr-webhook-ingress-from=[{"ipBlock":{"cidr":"10.0.0.0/8"},"podSelector":{}}]`), GinkgoWriter, GinkgoWriter)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(bad).Should(gexec.Exit(2))
+		Expect(string(bad.Err.Contents())).To(ContainSubstring("--skr-webhook-ingress-from: peer 0: ipBlock cannot be combined with a selector"))
 	})
 })

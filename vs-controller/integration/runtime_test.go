@@ -13,9 +13,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -143,6 +146,16 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		svc := &corev1.Service{}
 		Eventually(skrGet(ctx, svc, bundle.DefaultNamespace, bundle.Name)).Should(Succeed())
 		Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(443))
+
+		By("confining the webhook pods with a NetworkPolicy (no CNI here: the object only)")
+		np := &networkingv1.NetworkPolicy{}
+		Eventually(skrGet(ctx, np, bundle.DefaultNamespace, bundle.NetworkPolicyName)).Should(Succeed())
+		Expect(labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(labels.Set(dep.Spec.Template.Labels))).To(BeTrue())
+		Expect(np.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress))
+		Expect(np.Spec.Ingress[0].Ports).To(ConsistOf(HaveField("Port", HaveValue(Equal(svc.Spec.Ports[0].TargetPort)))))
+		Expect(np.Spec.Ingress[0].From).To(Equal(webhookIngressFrom), "--skr-webhook-ingress-from")
+		Expect(np.Spec.Egress[0].Ports).To(ConsistOf(HaveField("Port", HaveValue(Equal(intstr.FromInt32(443))))), "the KCP gateway's port")
+		Expect(np.Labels).NotTo(HaveKey(bundle.LMManagedByLabel))
 
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
 		Expect(usableWebhookNames(ctx)).To(ContainElements(
@@ -322,6 +335,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Expect(notFound(&appsv1.Deployment{}, bundle.DefaultNamespace, bundle.Name)()).To(BeTrue())
 		Expect(notFound(&corev1.Service{}, bundle.DefaultNamespace, bundle.Name)()).To(BeTrue())
 		Expect(notFound(&corev1.Secret{}, bundle.DefaultNamespace, bundle.SecretName)()).To(BeTrue())
+		Expect(notFound(&networkingv1.NetworkPolicy{}, bundle.DefaultNamespace, bundle.NetworkPolicyName)()).To(BeTrue())
 		Expect(skrGet(ctx, &corev1.Namespace{}, "", bundle.DefaultNamespace)()).To(Succeed(), "the shared namespace stays")
 
 		_, err := certificateOf(ctx, runtimeID)

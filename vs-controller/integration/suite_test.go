@@ -17,6 +17,7 @@ import (
 	istioapiv1 "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,8 +48,12 @@ var (
 	kcp, skr *testenv.Cluster
 	ca       *pki.CA
 	stop     context.CancelFunc
-	done     = make(chan struct{}, 2)
-	started  int
+	// webhookIngressFrom is the suite's --skr-webhook-ingress-from.
+	webhookIngressFrom []networkingv1.NetworkPolicyPeer
+	// vsMgr is vs-controller's manager (its cached client and API reader).
+	vsMgr   ctrl.Manager
+	done    = make(chan struct{}, 2)
+	started int
 )
 
 func TestIntegration(t *testing.T) {
@@ -80,19 +85,23 @@ var _ = BeforeSuite(func() {
 		defer func() { done <- struct{}{} }()
 		Expect(certmanager.Run(ctx, kcp.Config, certmanager.Options{})).To(Succeed())
 	}()
+	webhookIngressFrom, err = bundle.ParseIngressFrom(bundle.IngressFromGardener)
+	Expect(err).NotTo(HaveOccurred())
 	mgr, err := controllers.New(ctx, kcp.Config, controllers.Options{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
 		GatewayNamespace:       gatewayNS,
 		KymaNamespace:          kymaNS,
 		Issuer:                 cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},
-		Bundle:                 bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
+		Bundle:                 bundle.Options{Image: skrImage, KCPAddr: kcpGateway, WebhookIngressFrom: webhookIngressFrom},
 		SKRTimeout:             3 * time.Second,
 		WatcherDebounce:        50 * time.Millisecond,
+		KubeconfigRetry:        time.Second,
 		Adoption:               runtimes.Adoption{Poll: 200 * time.Millisecond},
 		SkipNameValidation:     true,
 	})
 	Expect(err).NotTo(HaveOccurred())
+	vsMgr = mgr
 	started++
 	go func() {
 		defer GinkgoRecover()

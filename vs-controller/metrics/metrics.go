@@ -45,10 +45,18 @@ var (
 		Name: "runtime_writes_total",
 		Help: "Write requests the runtime reconciler issued (KCP and SKR), by kind of write.",
 	}, []string{"kind"})
+	// KubeconfigUncachedReads counts kubeconfig Secrets read from the API
+	// server because they lack the cache label (app.kubernetes.io/part-of=
+	// runtime-watcher): one per pass of such a runtime.
+	KubeconfigUncachedReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "kubeconfig_uncached_reads_total",
+		Help: "Kubeconfig Secrets read from the API server, not the cache, because they lack the label app.kubernetes.io/part-of=runtime-watcher.",
+	})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(VirtualServiceReconciles, WatcherWrites, RuntimeReconciles, RuntimeWrites)
+	ctrlmetrics.Registry.MustRegister(VirtualServiceReconciles, WatcherWrites, RuntimeReconciles, RuntimeWrites, KubeconfigUncachedReads)
 }
 
 // Certificate and CA metrics (docs/architecture.md §4.9).

@@ -28,4 +28,8 @@ func TestNames(t *testing.T) {
 			t.Errorf("%s lacks the prefix", name)
 		}
 	}
+	metrics.KubeconfigUncachedReads.Inc()
+	if n, err := testutil.GatherAndCount(ctrlmetrics.Registry, "runtime_watcher_vs_controller_kubeconfig_uncached_reads_total"); err != nil || n != 1 {
+		t.Errorf("kubeconfig_uncached_reads_total: %d series in the registry, %v", n, err)
+	}
 }

@@ -26,7 +26,7 @@ func (r *Reconciler) finalize(ctx context.Context, kyma *metav1.PartialObjectMet
 	}
 	id := RuntimeID(kyma)
 	key := client.ObjectKeyFromObject(kyma).String()
-	kubeconfig, err := skrclient.Kubeconfig(ctx, r.Client, r.KymaNamespace, id)
+	kubeconfig, err := r.kubeconfig(ctx, key, id)
 	if err != nil {
 		return err
 	}
@@ -98,4 +98,5 @@ func (r *Reconciler) forget(runtimeKey string) {
 	r.pushed.Delete(runtimeKey)
 	r.adopted.Delete(runtimeKey)
 	r.lmCerts.forget(runtimeKey)
+	r.unlabelled.Delete(runtimeKey)
 }

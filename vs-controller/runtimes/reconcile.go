@@ -18,7 +18,6 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
@@ -46,10 +45,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.event(kyma, corev1.EventTypeWarning, ReasonInvalidRuntime, err.Error())
 		return ctrl.Result{}, nil
 	}
-	kubeconfig, err := skrclient.Kubeconfig(ctx, r.Client, r.KymaNamespace, id)
-	if err != nil || kubeconfig == nil {
-		// No kubeconfig Secret (yet): its creation triggers the next pass.
+	kubeconfig, err := r.kubeconfig(ctx, req.String(), id)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if kubeconfig == nil {
+		// No kubeconfig Secret (yet): the creation of a labelled one
+		// triggers the next pass, an unlabelled one is found by this retry.
+		return ctrl.Result{RequeueAfter: r.KubeconfigRetry}, nil
 	}
 
 	if !controllerutil.ContainsFinalizer(kyma, Finalizer) {

@@ -60,18 +60,29 @@ const (
 	ReasonBundleLeft        = "SKRBundleLeftInPlace"
 	ReasonCleanupFailed     = "CleanupFailed"
 
-	defaultWorkers        = 8
-	defaultResync         = 10 * time.Minute
-	defaultWatcherDebunce = time.Second
+	defaultWorkers         = 8
+	defaultKubeconfigRetry = time.Minute
+	defaultResync          = 10 * time.Minute
+	defaultWatcherDebunce  = time.Second
 )
 
 var kymaGVK = v1beta2.KymaGroupVersionKind
 
 // Reconciler keeps each runtime's Certificate and SKR bundle.
 type Reconciler struct {
-	// Client of the KCP (the manager's cached client).
-	Client   client.Client
-	Recorder record.EventRecorder
+	// Client of the KCP (the manager's cached client). Its cache holds only
+	// the Secrets labelled contract.LabelPartOf=contract.PartOf
+	// (controllers.New).
+	Client client.Client
+	// APIReader reads the KCP uncached (the manager's GetAPIReader): the
+	// kubeconfig Secrets the cache does not hold (kubeconfig.go). Without
+	// it only labelled kubeconfig Secrets are found.
+	APIReader client.Reader
+	// KubeconfigRetry: a runtime whose kubeconfig Secret is missing is
+	// looked at again after this long (the creation of an unlabelled
+	// Secret triggers no pass); 1m when 0.
+	KubeconfigRetry time.Duration
+	Recorder        record.EventRecorder
 	// Clients gives the runtime clusters' clients; SKRClients() when nil.
 	Clients skrclient.ClusterClients
 	// KymaNamespace holds the Kymas, kubeconfig Secrets and Certificates.
@@ -108,11 +119,14 @@ type Reconciler struct {
 	// up (adopt.go).
 	Adoption Adoption
 
-	memo     apply.Memo
-	pushed   sync.Map // runtime key -> pushedRuntime
-	adopted  sync.Map // runtime key -> true: no LM or take-over objects seen
-	lmCerts  lmCertificates
-	webhooks bundle.WebhookConfigurations
+	memo apply.Memo
+	// unlabelled: runtime key -> true once an unlabelled kubeconfig Secret
+	// was logged (once per runtime and process).
+	unlabelled sync.Map
+	pushed     sync.Map // runtime key -> pushedRuntime
+	adopted    sync.Map // runtime key -> true: no LM or take-over objects seen
+	lmCerts    lmCertificates
+	webhooks   bundle.WebhookConfigurations
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch

@@ -47,6 +47,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Resync == 0 {
 		r.Resync = defaultResync
 	}
+	if r.KubeconfigRetry <= 0 {
+		r.KubeconfigRetry = defaultKubeconfigRetry
+	}
 	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
