@@ -106,7 +106,9 @@ func TestExtraFailsClosedAndReports(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	e := &trust.Extra{Client: c, Secret: lmCAKey, Recorder: rec, Log: logr.Discard()}
 	ctx := context.Background()
-	valid := func() float64 { return testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName)) }
+	valid := func() float64 {
+		return testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName))
+	}
 	expectEvent := func(name string) {
 		t.Helper()
 		select {
