@@ -173,7 +173,9 @@ type localTakeover struct{ sys *localenv.System }
 func (t localTakeover) RestartController(ctx context.Context, extra ...string) error {
 	return t.sys.RestartVSController(ctx, extra...)
 }
-func (t localTakeover) OurWebhookURL() string { return "https://localhost:" + portOf(t.sys.WebhookAddr()) }
+func (t localTakeover) OurWebhookURL() string {
+	return "https://localhost:" + portOf(t.sys.WebhookAddr())
+}
 func (t localTakeover) StartWebhook(ctx context.Context, o WebhookOptions) (ExtraWebhook, error) {
 	w, err := t.sys.StartExtraWebhook(ctx, localenv.ExtraWebhookOptions{
 		Name: o.Name, CertPEM: o.CertPEM, KeyPEM: o.KeyPEM, GatewayCAPEM: o.GatewayCAPEM, Managers: o.Managers,
