@@ -179,6 +179,11 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 		var vwc admissionregistrationv1.ValidatingWebhookConfiguration
 		Expect(env.SKR().Get(ctx, client.ObjectKey{Name: bundle.Name}, &vwc)).To(Succeed())
 		Expect(vwc.Labels).NotTo(HaveKey(bundle.LMManagedByLabel))
+		for _, e := range vwc.ManagedFields {
+			// A later apply removes only what vs-controller's apply owns.
+			Expect(e.Manager).NotTo(Equal(runtimes.LMFieldManager))
+			Expect(e.Operation).To(Equal(metav1.ManagedFieldsOperationApply), "field manager %s", e.Manager)
+		}
 		for _, wh := range vwc.Webhooks {
 			Expect(wh.ClientConfig.URL).NotTo(BeNil())
 			Expect(*wh.ClientConfig.URL).To(HavePrefix(tc.OurWebhookURL()), "webhook %s", wh.Name)
