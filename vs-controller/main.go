@@ -32,7 +32,12 @@ func main() {
 		issuerName, kind                         string
 		extraDNS                                 string
 		caSecret, gwCASecret, gwClientCA, gwCert string
+<<<<<<< HEAD
 		readyURL, ingressFrom                    string
+=======
+		extraCA                                  string
+		readyURL                                 string
+>>>>>>> h17
 		qps                                      float64
 		burst                                    int
 	)
@@ -65,6 +70,7 @@ func main() {
 	fs.StringVar(&gwCASecret, "gateway-ca-secret", "istio-system/kcp-gateway-ca", "gateway CA Secret (namespace/name): its bundle is every SKR's ca.crt; \"\": the runtime certificate's ca.crt")
 	fs.StringVar(&gwClientCA, "gateway-client-ca-secret", "istio-system/kcp-gateway-tls-cacert", "Secret (namespace/name) vs-controller writes the runtime CA bundle into, the gateway's client CA; \"\": none")
 	fs.StringVar(&gwCert, "gateway-certificate", "istio-system/kcp-gateway-tls", "gateway server Certificate (namespace/name), renewed once every SKR trusts a new gateway CA; \"\": never")
+	fs.StringVar(&extraCA, "migration-extra-ca-secret", "", "MIGRATION FROM LIFECYCLE MANAGER: CA Secret (namespace/name, e.g. istio-system/klm-watcher) whose ca.crt CAs are added to the gateway's client CA bundle (not to the SKRs' trust); re-read every --ca-poll-interval; \"\" (default): window closed")
 	fs.StringVar(&o.Trust.Store, "trust-store", controllers.DefaultTrustStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway)")
 	fs.Float64Var(&o.Trust.RenewalsPerSecond, "ca-renewals-per-second", 5, "runtime certificate renewals requested per second after a CA rotation")
 	fs.DurationVar(&o.Trust.Interval, "ca-poll-interval", 5*time.Second, "how often the CA Secrets are re-read")
@@ -122,11 +128,16 @@ func main() {
 		{"--gateway-ca-secret", gwCASecret, o.GatewayNamespace, &o.Trust.GatewayCASecret},
 		{"--gateway-client-ca-secret", gwClientCA, o.GatewayNamespace, &o.Trust.GatewayClientCASecret},
 		{"--gateway-certificate", gwCert, o.GatewayNamespace, &o.Trust.GatewayCertificate},
+		{"--migration-extra-ca-secret", extraCA, o.GatewayNamespace, &o.Trust.MigrationExtraCASecret},
 	} {
 		if *f.key, err = controllers.ParseObjectKey(f.value, f.def); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", f.flag, err)
 			os.Exit(2)
 		}
+	}
+	if o.Trust.MigrationExtraCASecret.Name != "" && (o.Trust.CASecret.Name == "" || o.Trust.GatewayClientCASecret.Name == "") {
+		fmt.Fprintln(os.Stderr, "--migration-extra-ca-secret needs --ca-secret and --gateway-client-ca-secret (the client CA bundle it is added to)")
+		os.Exit(2)
 	}
 	o.Issuer = cmmeta.IssuerReference{Name: issuerName, Kind: kind, Group: "cert-manager.io"}
 	for _, n := range strings.Split(extraDNS, ",") {

@@ -95,3 +95,45 @@ type OperatorReplica struct {
 	HealthURL  string // base URL of /healthz and /readyz
 	MetricsURL string // its /metrics
 }
+
+// TakeoverEnvironment is an Environment that can stage its runtime as
+// Lifecycle Manager left it and run a second webhook process
+// (docs/migrating-from-lifecycle-manager.md); the local one can.
+type TakeoverEnvironment interface {
+	Takeover() TakeoverControls
+}
+
+// TakeoverControls are what the takeover spec needs beyond Environment.
+type TakeoverControls interface {
+	// RestartController restarts vs-controller with its usual flags and
+	// extraFlags, and waits until it is ready.
+	RestartController(ctx context.Context, extraFlags ...string) error
+	// StartWebhook starts another skr-webhook process serving the SKR API
+	// server and posting to the gateway, with the given key pair.
+	StartWebhook(ctx context.Context, o WebhookOptions) (ExtraWebhook, error)
+	// OurWebhookURL is the base URL of the admission endpoint of the
+	// runtime's own skr-webhook.
+	OurWebhookURL() string
+}
+
+// WebhookOptions configure TakeoverControls.StartWebhook.
+type WebhookOptions struct {
+	// Name of the process (its log).
+	Name string
+	// CertPEM, KeyPEM: serving certificate (for localhost) and client
+	// certificate at the gateway.
+	CertPEM, KeyPEM []byte
+	// GatewayCAPEM verifies the gateway.
+	GatewayCAPEM []byte
+	// Managers it serves.
+	Managers []string
+}
+
+// ExtraWebhook is a webhook process started by StartWebhook.
+type ExtraWebhook interface {
+	// URL is the base URL of its admission endpoint.
+	URL() string
+	// MetricsURL is its /metrics.
+	MetricsURL() string
+	Stop() error
+}

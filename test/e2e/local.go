@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -162,4 +163,39 @@ func (e *localEnvironment) ModuleSyncMetricsURL() string { return e.sys.ModuleSy
 func (e *localEnvironment) SetSample(ctx context.Context, greeting string, replicas int64) error {
 	_, err := e.sys.SetSampleGreeting(ctx, greeting, replicas)
 	return err
+}
+
+// Takeover is the local environment's TakeoverControls.
+func (e *localEnvironment) Takeover() TakeoverControls { return localTakeover{e.sys} }
+
+type localTakeover struct{ sys *localenv.System }
+
+func (t localTakeover) RestartController(ctx context.Context, extra ...string) error {
+	return t.sys.RestartVSController(ctx, extra...)
+}
+func (t localTakeover) OurWebhookURL() string {
+	return "https://localhost:" + portOf(t.sys.WebhookAddr())
+}
+func (t localTakeover) StartWebhook(ctx context.Context, o WebhookOptions) (ExtraWebhook, error) {
+	w, err := t.sys.StartExtraWebhook(ctx, localenv.ExtraWebhookOptions{
+		Name: o.Name, CertPEM: o.CertPEM, KeyPEM: o.KeyPEM, GatewayCAPEM: o.GatewayCAPEM, Managers: o.Managers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return localWebhook{w}, nil
+}
+
+type localWebhook struct{ w *localenv.ExtraWebhook }
+
+func (w localWebhook) URL() string        { return w.w.URL }
+func (w localWebhook) MetricsURL() string { return w.w.MetricsURL }
+func (w localWebhook) Stop() error        { return w.w.Stop() }
+
+func portOf(hostport string) string {
+	_, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return ""
+	}
+	return port
 }

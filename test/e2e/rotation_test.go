@@ -236,13 +236,18 @@ type writer struct {
 
 func startWriter(ctx context.Context, n sample, objects int) *writer {
 	GinkgoHelper()
-	wctx, cancel := context.WithCancel(ctx)
-	w := &writer{cancel: cancel, done: make(chan struct{}), last: map[string]time.Time{}}
 	kymas := make([]*unstructured.Unstructured, objects)
 	for i := range kymas {
 		kymas[i] = n.watchedKyma(fmt.Sprintf("rotation-%d", i))
 		Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, kymas[i]))).To(Succeed())
 	}
+	return startWriterOn(ctx, kymas)
+}
+
+// startWriterOn changes the spec of the given existing objects in turn.
+func startWriterOn(ctx context.Context, kymas []*unstructured.Unstructured) *writer {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &writer{cancel: cancel, done: make(chan struct{}), last: map[string]time.Time{}}
 	go func() {
 		defer GinkgoRecover()
 		defer close(w.done)

@@ -42,7 +42,7 @@ func (s *System) waitAdmission(ctx context.Context) error {
 			return false, fmt.Errorf("dry-run create of the admission probe: %w", err)
 		}
 		n, err := admissionRequests(ctx, s.WebhookMetricsURL)
-		return n > 0, err
+		return err == nil && n > 0, nil // not serving yet: poll again
 	})
 }
 
@@ -55,7 +55,11 @@ func admissionRequests(ctx context.Context, url string) (float64, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, nil // not serving yet: poll again
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		return 0, fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var sum float64

@@ -46,6 +46,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
 
 // The sample system: one runtime, one Watcher, one operator.
@@ -124,6 +125,14 @@ type System struct {
 	webhookAddr   string
 	operators     []Operator
 	service       *roundRobin
+
+	// takeover.go: vs-controller's process and how to start it again.
+	vsMu     sync.Mutex
+	vs       *process
+	vsBinary string
+	vsArgs   []string
+	vsHealth string
+	vsStarts int
 }
 
 func (s *System) step(format string, args ...any) {
@@ -268,25 +277,28 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}
 	s.step("gateway stand-in (Istio ingress, mTLS + ext_authz) on %s", s.GatewayAddr)
 
-	p, err = s.start("vs-controller", binaries["vs-controller"], nil, nil,
+	s.vsBinary, s.vsHealth = binaries["vs-controller"], vsHealth
+	s.vsArgs = []string{
 		"--kubeconfig", s.KCP.KubeconfigPath,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", vsHealth,
 		"--kyma-namespace", KymaNamespace, "--gateway-namespace", GatewayNamespace, "--skr-namespace", SKRNamespace,
 		"--issuer-name", IssuerName, "--issuer-kind", "Issuer",
 		"--kcp-gateway-host", s.GatewayAddr,
-		"--skr-webhook-url", "https://localhost:"+strconv.Itoa(ports[6]),
+		"--skr-webhook-url", "https://localhost:" + strconv.Itoa(ports[6]),
 		"--skr-webhook-extra-dns-names", "localhost",
 		"--watcher-debounce", "100ms",
-		"--ca-secret", KymaNamespace+"/"+IssuerName,
-		"--gateway-ca-secret", GatewayNamespace+"/"+GatewayCAName,
-		"--gateway-client-ca-secret", GatewayNamespace+"/"+GatewayTLSSecret+"-cacert",
-		"--gateway-certificate", GatewayNamespace+"/"+GatewayTLSSecret,
+		"--ca-secret", KymaNamespace + "/" + IssuerName,
+		"--gateway-ca-secret", GatewayNamespace + "/" + GatewayCAName,
+		"--gateway-client-ca-secret", GatewayNamespace + "/" + GatewayTLSSecret + "-cacert",
+		"--gateway-certificate", GatewayNamespace + "/" + GatewayTLSSecret,
 		"--ca-poll-interval", "1s", "--ca-settle", "12s",
-		"--certificate-duration", LeafDuration.String(), "--certificate-renew-before", LeafRenewBefore.String())
-	if err != nil {
-		return s, err
+		"--certificate-duration", LeafDuration.String(), "--certificate-renew-before", LeafRenewBefore.String(),
+		// A take-over from Lifecycle Manager (e2e spec takeover) switches
+		// admission once the webhook process serves the runtime's
+		// certificate: there are no pods to be ready.
+		"--skr-webhook-ready-url", "https://localhost:" + strconv.Itoa(ports[6]) + "/readyz",
 	}
-	if err := p.waitReady(ctx, "http://"+vsHealth+"/readyz", time.Minute); err != nil {
+	if err := s.RestartVSController(ctx); err != nil {
 		return s, err
 	}
 	s.step("vs-controller ready")
@@ -504,18 +516,19 @@ func SampleWatcher() *v1beta2.Watcher {
 	}
 }
 
-// mirrorWebhookSecret waits for the skr-webhook-tls Secret in the SKR and
-// keeps its keys in files, as the kubelet keeps a mounted Secret.
+// mirrorWebhookSecret waits for the Secret of our webhook in the SKR
+// (ourWebhookSecret) and keeps its keys in files, as the kubelet keeps a
+// mounted Secret.
 func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
 	if err := os.MkdirAll(s.certDir, 0o700); err != nil {
 		return err
 	}
-	key := client.ObjectKey{Namespace: SKRNamespace, Name: "skr-webhook-tls"}
+	key := client.ObjectKey{Namespace: SKRNamespace, Name: bundle.SecretName}
 	written := map[string][]byte{}
 	sync := func(c context.Context) (bool, error) {
-		var sec corev1.Secret
-		if err := s.SKR.Client.Get(c, key, &sec); err != nil {
-			return false, client.IgnoreNotFound(err)
+		sec, err := s.ourWebhookSecret(c)
+		if err != nil || sec == nil {
+			return false, err
 		}
 		for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
 			v := sec.Data[k]

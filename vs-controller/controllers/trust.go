@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -36,6 +37,12 @@ type TrustOptions struct {
 	Interval time.Duration
 	// Settle: see runtimes.TrustKeeper.
 	Settle time.Duration
+	// MigrationExtraCASecret opens the trust window of a migration from
+	// Lifecycle Manager: the CAs in this Secret's ca.crt are added to the
+	// bundle written to GatewayClientCASecret (never to the SKRs' bundles),
+	// re-read every Interval; closed when empty. Needs CASecret and
+	// GatewayClientCASecret.
+	MigrationExtraCASecret types.NamespacedName
 }
 
 // DefaultTrustStore is the default Store.
@@ -59,6 +66,9 @@ func ParseObjectKey(s, def string) (types.NamespacedName, error) {
 
 // keeper builds the trust keeper; nil when the rotation is off.
 func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.TrustKeeper, error) {
+	if o.MigrationExtraCASecret.Name != "" && (o.CASecret.Name == "" || o.GatewayClientCASecret.Name == "") {
+		return nil, errors.New("the migration trust window (extra CA Secret) needs the CA rotation and the gateway client CA Secret: vs-controller writes no client CA bundle without them")
+	}
 	if o.CASecret.Name == "" {
 		return nil, nil
 	}
@@ -86,6 +96,12 @@ func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.
 		Interval:           o.Interval,
 		Settle:             o.Settle,
 		Log:                log,
+	}
+	if o.MigrationExtraCASecret.Name != "" {
+		// Read uncached: the Secret cache holds vs-controller's own
+		// Secrets only.
+		k.Extra = &trust.Extra{Client: c, Secret: o.MigrationExtraCASecret, Recorder: rec, Log: log.WithName("migration")}
+		log.Info("migration trust window open: the CAs of this Secret are trusted for client certificates at the gateway", "secret", o.MigrationExtraCASecret.String())
 	}
 	if o.GatewayCASecret.Name != "" {
 		k.Gateway = &trust.Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log,

@@ -75,6 +75,15 @@ var (
 		Name: "ca_secret_valid",
 		Help: "1 when the anchor's CA Secret holds a usable CA, 0 when it was rejected (the trust bundle is kept).",
 	}, []string{"anchor"})
+	// ClientCAExtraCAs is the number of CAs from the migration CA Secret
+	// (--migration-extra-ca-secret, Lifecycle Manager's CA) in the
+	// gateway's client CA Secret as last written; 0 when the window is
+	// closed or that Secret is unusable.
+	ClientCAExtraCAs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "gateway_client_ca_extra_cas",
+		Help: "CAs of the migration CA Secret (--migration-extra-ca-secret) in the gateway's client CA bundle as last written; 0: trust window closed or that Secret unusable.",
+	})
 	// RuntimeCertNotAfter is each runtime certificate's not-after (Unix
 	// seconds), with the serial of the CA that signed it.
 	RuntimeCertNotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -106,5 +115,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested)
+	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested, ClientCAExtraCAs)
 }

@@ -404,6 +404,44 @@ func replaceLifecycleManagers(ctx context.Context, skr client.Client, desired *u
 	if err := skr.Update(ctx, live, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("take over %s %s: %w", desired.GetKind(), client.ObjectKeyFromObject(desired), err)
 	}
+	return ownByApply(ctx, skr, desired)
+}
+
+// beforeFirstApply is the field manager the API server records, as an
+// Update, for the fields an object had when it is first applied with no
+// managed fields (the take-over's update clears LM's).
+const beforeFirstApply = "before-first-apply"
+
+// ownByApply hands the fields the take-over's update set over to
+// vs-controller's server-side apply: an update records them under an
+// Update entry of the field manager, and fields owned there are never
+// removed by a later apply that leaves them out (a deleted Watcher's
+// webhook would stay). It applies desired (same values: no change of
+// content), then drops the Update entries of vs-controller and
+// before-first-apply.
+func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Unstructured) error {
+	key := client.ObjectKeyFromObject(desired)
+	if err := skr.Patch(ctx, desired.DeepCopy(), client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("take over %s %s: apply: %w", desired.GetKind(), key, err)
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(desired.GroupVersionKind())
+	if err := skr.Get(ctx, key, live); err != nil {
+		return err
+	}
+	var kept []metav1.ManagedFieldsEntry
+	for _, e := range live.GetManagedFields() {
+		if e.Operation != metav1.ManagedFieldsOperationUpdate || e.Manager != FieldOwner && e.Manager != beforeFirstApply {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == len(live.GetManagedFields()) {
+		return nil
+	}
+	live.SetManagedFields(kept)
+	if err := skr.Update(ctx, live, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("take over %s %s: field ownership: %w", desired.GetKind(), key, err)
+	}
 	return nil
 }
 

@@ -117,7 +117,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if wait, err := r.afterPush(ctx, kyma, req.String(), id, trusted); err != nil || wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, err
 	}
-	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, btls); err != nil || res.RequeueAfter > 0 {
+	// The readiness check verifies our webhook with the runtime CA bundle
+	// (btls.CA is the gateway's, for the SKR's ca.crt).
+	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.caBundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
 	if r.Resync > 0 {

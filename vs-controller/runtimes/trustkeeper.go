@@ -47,6 +47,10 @@ type TrustKeeper struct {
 	// ClientCASecret is the gateway's client CA Secret (Istio's
 	// <credentialName>-cacert, key ca.crt); none written when empty.
 	ClientCASecret types.NamespacedName
+	// Extra, when set, is the trust window of a migration from Lifecycle
+	// Manager: its CAs are added to what is written to ClientCASecret
+	// (read on every pass), never to the bundles given to SKRs.
+	Extra *trust.Extra
 	// GatewayCertificate is the gateway's server Certificate; it is renewed
 	// by the new gateway CA once every runtime trusts it. Nothing is renewed
 	// when empty.
@@ -63,11 +67,14 @@ type TrustKeeper struct {
 	Settle time.Duration
 	Log    logr.Logger
 
-	r       *Reconciler
-	changed chan event.GenericEvent
-	poke    chan struct{}
-	state   atomic.Pointer[published]
-	leaves  sync.Map // Secret name -> parsedLeaf
+	r *Reconciler
+	// clientCA is what the client CA Secret was last written with (or
+	// found to hold).
+	clientCA []byte
+	changed  chan event.GenericEvent
+	poke     chan struct{}
+	state    atomic.Pointer[published]
+	leaves   sync.Map // Secret name -> parsedLeaf
 
 	// gatewayHeldSince: when every runtime first held gatewayHeldCA.
 	gatewayHeldCA    string
@@ -156,17 +163,34 @@ func (k *TrustKeeper) Sync(ctx context.Context) {
 	if _, err := k.Runtime.Refresh(ctx); err != nil {
 		k.Log.Error(err, "refresh the runtime CA trust bundle")
 	}
-	if b := k.Runtime.Bundle(); b != nil && (prev == nil || !bytes.Equal(b, prev.runtimeBundle)) {
-		// The gateway must trust a CA before any runtime certificate it
-		// signs reaches an SKR: publish only what the client-CA Secret holds.
-		if err := k.writeClientCA(ctx, b); err != nil {
-			k.Log.Error(err, "write the gateway's client CA Secret; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String())
-		} else {
-			next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
-			next.runtimeSince = time.Now()
+	var extra []*x509.Certificate
+	if k.Extra != nil {
+		var err error
+		if extra, err = k.Extra.Read(ctx); err != nil {
+			k.Log.Error(err, "read the migration CA Secret; its CAs of the last read are kept")
 		}
-	} else if b != nil {
-		next.runtimeCAs, next.runtimeCurrent = k.Runtime.CAs(), k.Runtime.Current()
+	}
+	if b := k.Runtime.Bundle(); b != nil {
+		changed := prev == nil || !bytes.Equal(b, prev.runtimeBundle)
+		clientCA, added := trust.Merge(b, extra)
+		if changed || !bytes.Equal(clientCA, k.clientCA) {
+			// The gateway must trust a CA before any runtime certificate
+			// it signs reaches an SKR: publish only what the client-CA
+			// Secret holds.
+			if err := k.writeClientCA(ctx, clientCA); err != nil {
+				k.Log.Error(err, "write the gateway's client CA Secret; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String())
+			} else {
+				k.clientCA = clientCA
+				metrics.ClientCAExtraCAs.Set(float64(added))
+				if changed {
+					next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
+					next.runtimeSince = time.Now()
+				}
+			}
+		}
+		if !changed {
+			next.runtimeCAs, next.runtimeCurrent = k.Runtime.CAs(), k.Runtime.Current()
+		}
 	}
 	if k.Gateway != nil {
 		if _, err := k.Gateway.Refresh(ctx); err != nil {
