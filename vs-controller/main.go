@@ -32,12 +32,8 @@ func main() {
 		issuerName, kind                         string
 		extraDNS                                 string
 		caSecret, gwCASecret, gwClientCA, gwCert string
-<<<<<<< HEAD
-		readyURL, ingressFrom                    string
-=======
 		extraCA                                  string
-		readyURL                                 string
->>>>>>> h17
+		readyURL, ingressFrom                    string
 		qps                                      float64
 		burst                                    int
 	)
