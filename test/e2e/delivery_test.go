@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +76,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		consumers := 0
 		for _, op := range ops {
 			Expect(httpStatus(op.HealthURL+"/readyz")).To(Equal(http.StatusOK), "replica %s not ready", op.HealthURL)
-			v, ok := scrape(op.MetricsURL, `runtime_watcher_listener_consumer_running\{manager="`+n.Manager+`"\}`)
+			v, ok := metricSum(fetchMetrics(ctx, op.MetricsURL), "runtime_watcher_listener_consumer_running", map[string]string{"manager": n.Manager})
 			Expect(ok).To(BeTrue())
 			consumers += int(v)
 		}
@@ -211,7 +210,8 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		lastSeen := func() float64 {
 			best := 0.0
 			for _, op := range d.Operators() {
-				if v, ok := scrape(op.MetricsURL, `runtime_watcher_listener_last_seen_timestamp_seconds\{manager="`+n.Manager+`",runtime_id="`+n.RuntimeID+`"\}`); ok && v > best {
+				if v, ok := metricSum(fetchMetrics(ctx, op.MetricsURL), "runtime_watcher_listener_last_seen_timestamp_seconds",
+					map[string]string{"manager": n.Manager, "runtime_id": n.RuntimeID}); ok && v > best {
 					best = v
 				}
 			}
@@ -296,24 +296,4 @@ func httpStatus(url string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
-}
-
-// scrape reads one sample of a Prometheus text exposition: the first line
-// matching series (a regexp of name and labels) and its value.
-func scrape(url, series string) (float64, bool) {
-	resp, err := http.Get(url) //nolint:gosec,noctx // a test URL
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return 0, false
-	}
-	m := regexp.MustCompile(`(?m)^` + series + ` (\S+)$`).FindSubmatch(b)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	return v, err == nil
 }

@@ -5,14 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -261,33 +257,8 @@ func expectNoHotRetry(ctx context.Context, ms e2e.ModuleSyncEnvironment, result 
 
 // counter reads a counter of module-sync's /metrics with label result.
 func counter(ctx context.Context, ms e2e.ModuleSyncEnvironment, name, result string) float64 {
-	GinkgoHelper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ms.ModuleSyncMetricsURL(), nil)
-	Expect(err).NotTo(HaveOccurred())
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	Expect(err).NotTo(HaveOccurred())
-	sum := 0.0
-	if f, ok := families[name]; ok {
-		for _, m := range f.Metric {
-			if labelValue(m, "result") == result {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func labelValue(m *dto.Metric, name string) string {
-	for _, l := range m.Label {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
+	v, _ := metricSum(fetchMetrics(ctx, ms.ModuleSyncMetricsURL()), name, map[string]string{"result": result})
+	return v
 }
 
 func item(name, resource string) v1alpha1.SyncItem {

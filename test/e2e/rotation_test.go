@@ -1,13 +1,11 @@
 package e2e_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -209,16 +207,7 @@ func tlsFailures(ctx context.Context) float64 {
 	GinkgoHelper()
 	text, err := env.WebhookMetrics(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == "runtime_watcher_skr_webhook_tls_failures_total" {
-			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			Expect(err).NotTo(HaveOccurred())
-			sum, found = sum+v, true
-		}
-	}
+	sum, found := metricSum(text, "runtime_watcher_skr_webhook_tls_failures_total", nil)
 	Expect(found).To(BeTrue(), "the webhook exports no runtime_watcher_skr_webhook_tls_failures_total")
 	return sum
 }

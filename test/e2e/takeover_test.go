@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
@@ -9,11 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -307,45 +303,30 @@ func kymaEventReasons(ctx context.Context, g Gomega, n sample) []string {
 	return out
 }
 
-// ourReviews are the reviews of the sample manager's objects the runtime's
-// own skr-webhook answered.
+// ourReviews are the reviews of updates of the sample manager's objects the
+// runtime's own skr-webhook answered. Only UPDATE: the writer's changes are
+// updates, and a CREATE answered just before a count may not be counted yet
+// (the webhook counts after it answered).
 func ourReviews(ctx context.Context, n sample) float64 {
 	GinkgoHelper()
 	text, err := env.WebhookMetrics(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	return sumAdmissionRequests(text, n.Manager)
+	return updateReviews(text, n.Manager)
 }
 
 // reviews is the same for the webhook whose /metrics is at url.
 func reviews(ctx context.Context, url, manager string) float64 {
 	GinkgoHelper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	Expect(err).NotTo(HaveOccurred())
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	text, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	Expect(err).NotTo(HaveOccurred())
-	return sumAdmissionRequests(string(text), manager)
+	text := fetchMetrics(ctx, url)
+	Expect(text).NotTo(BeEmpty(), "no /metrics at %s", url)
+	return updateReviews(text, manager)
 }
 
-// sumAdmissionRequests sums runtime_watcher_skr_webhook_admission_requests_total
-// of one manager (every result: each review counts once).
-func sumAdmissionRequests(text, manager string) float64 {
-	sum := 0.0
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "runtime_watcher_skr_webhook_admission_requests_total{") || !strings.Contains(line, `manager="`+manager+`"`) {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i > 0 {
-			v, err := strconv.ParseFloat(line[i+1:], 64)
-			Expect(err).NotTo(HaveOccurred(), line)
-			sum += v
-		}
-	}
-	return sum
+// updateReviews sums runtime_watcher_skr_webhook_admission_requests_total
+// of one manager's UPDATE reviews (every result: each review counts once).
+func updateReviews(text, manager string) float64 {
+	v, _ := metricSum(text, "runtime_watcher_skr_webhook_admission_requests_total", map[string]string{"manager": manager, "operation": "UPDATE"})
+	return v
 }
 
 func caNames(cas []*x509.Certificate) []string {
