@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -26,6 +26,7 @@ type options struct {
 	metricsAddr   string
 	healthAddr    string
 	caFile        string
+	caInterval    time.Duration
 	apiTimeout    time.Duration
 	shutdownGrace time.Duration
 	maxStreams    uint
@@ -33,7 +34,7 @@ type options struct {
 	zap           zap.Options
 	version       bool // print the version and exit
 
-	roots *x509.CertPool // from caFile
+	caBundle *cafile.Bundle // caFile as read at start
 }
 
 // parseFlags parses and validates args (without the program name). -h and
@@ -53,7 +54,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of the plain HTTP /healthz and /readyz endpoints")
 	fs.Var(fs.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
 	fs.Var(fs.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
-	fs.StringVar(&o.caFile, "ca-file", "", "optional PEM file of the CA client certificates must chain to (defence in depth; the gateway verifies first)")
+	fs.StringVar(&o.caFile, "ca-file", "", "optional PEM bundle of the CAs client certificates must chain to (defence in depth; the gateway verifies first); reloaded when it changes")
+	fs.DurationVar(&o.caInterval, "ca-reload-interval", cafile.DefaultInterval, "how often --ca-file is re-read besides its directory's file events")
 	fs.DurationVar(&o.apiTimeout, "api-timeout", 10*time.Second, "how long to wait for the API server at start-up before failing")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight Checks may take on SIGTERM")
 	fs.UintVar(&o.maxStreams, "max-concurrent-streams", 128, "concurrent Checks per gRPC connection (HTTP/2 streams); each holds at most one 256 KiB message")
@@ -88,6 +90,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if o.apiTimeout <= 0 || o.shutdownGrace <= 0 {
 		return nil, errors.New("--api-timeout and --shutdown-grace must be positive")
 	}
+	if o.caInterval <= 0 || o.caInterval > time.Hour {
+		return nil, fmt.Errorf("--ca-reload-interval %s: want more than 0 and at most 1h", o.caInterval)
+	}
 	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 {
 		return nil, errors.New("--max-concurrent-streams and --max-connections must be between 1 and 4096")
 	}
@@ -97,14 +102,11 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		}
 	}
 	if o.caFile != "" {
-		pemBytes, err := os.ReadFile(o.caFile)
+		b, err := cafile.Load(o.caFile, time.Now())
 		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
+			return nil, fmt.Errorf("--ca-file %s: %w", o.caFile, err)
 		}
-		o.roots = x509.NewCertPool()
-		if !o.roots.AppendCertsFromPEM(pemBytes) {
-			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", o.caFile)
-		}
+		o.caBundle = b
 	}
 	return o, nil
 }

@@ -27,6 +27,14 @@ func TestParseFlags(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafFile := filepath.Join(dir, "leaf.crt")
+	if err := os.WriteFile(leafFile, leaf.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name    string
@@ -37,11 +45,11 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{name: "defaults", check: func(o *options) bool {
 			return o.grpcAddr == ":9001" && o.metricsAddr == ":8080" && o.healthAddr == ":8081" &&
-				o.kymaNamespace == "kcp-system" && o.kubeconfig == "" && o.caFile == "" && o.roots == nil && o.apiTimeout == 10*time.Second
+				o.kymaNamespace == "kcp-system" && o.kubeconfig == "" && o.caFile == "" && o.caBundle == nil && o.caInterval == 10*time.Second && o.apiTimeout == 10*time.Second
 		}},
 		{name: "flags", args: []string{"--grpc-addr=127.0.0.1:1", "--kyma-namespace=kyma", "--kubeconfig=" + kubeconfig, "--ca-file=" + caFile},
 			check: func(o *options) bool {
-				return o.grpcAddr == "127.0.0.1:1" && o.kymaNamespace == "kyma" && o.kubeconfig == kubeconfig && o.roots != nil
+				return o.grpcAddr == "127.0.0.1:1" && o.kymaNamespace == "kyma" && o.kubeconfig == kubeconfig && o.caBundle != nil && len(o.caBundle.CAs) == 1
 			}},
 		{name: "kubebuilder names", args: []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:9091"},
 			check: func(o *options) bool { return o.metricsAddr == ":9090" && o.healthAddr == ":9091" }},
@@ -58,6 +66,10 @@ func TestParseFlags(t *testing.T) {
 			check: func(o *options) bool { return o.grpcAddr == "127.0.0.1:0" }},
 		{name: "missing kubeconfig", args: []string{"--kubeconfig=" + filepath.Join(dir, "nope")}, wantErr: "--kubeconfig"},
 		{name: "CA file without certificates", args: []string{"--ca-file=" + kubeconfig}, wantErr: "no PEM certificate"},
+		{name: "CA file missing", args: []string{"--ca-file=" + filepath.Join(dir, "nope")}, wantErr: "--ca-file"},
+		{name: "CA file with a leaf", args: []string{"--ca-file=" + leafFile}, wantErr: "not a CA certificate"},
+		{name: "CA reload interval", args: []string{"--ca-reload-interval=2s"}, check: func(o *options) bool { return o.caInterval == 2*time.Second }},
+		{name: "zero CA reload interval", args: []string{"--ca-reload-interval=0s"}, wantErr: "--ca-reload-interval"},
 		{name: "zero timeout", args: []string{"--api-timeout=0s"}, wantErr: "positive"},
 		{name: "positional argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
 	}

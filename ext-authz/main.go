@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
@@ -124,7 +125,22 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	var ready atomic.Bool
-	verifier := &pinning.Verifier{Lookup: kymas, Roots: o.roots}
+	verifier := &pinning.Verifier{Lookup: kymas}
+	var caWatcher *cafile.Watcher
+	if o.caBundle != nil {
+		caMetrics, err := cafile.NewMetrics(reg)
+		if err != nil {
+			return err
+		}
+		verifier.SetRoots(o.caBundle.Pool)
+		caWatcher = &cafile.Watcher{
+			Path: o.caFile, Initial: o.caBundle, Interval: o.caInterval, Metrics: caMetrics, Log: log.WithName("ca-file"),
+			// The swap is one atomic store; Checks read the roots with one
+			// atomic load and re-verify chains verified against older roots.
+			Apply: func(b *cafile.Bundle) { verifier.SetRoots(b.Pool) },
+		}
+		log.Info("CA file loaded", "file", o.caFile, "cas", o.caBundle.Summary(), "expired", o.caBundle.Expired)
+	}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
 	grpcServer := grpc.NewServer(serverOptions(o)...)
@@ -156,6 +172,10 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	go func() { errc <- wrap("gRPC server", grpcServer.Serve(netutil.LimitListener(grpcLis, o.maxConns))) }()
 	go func() { errc <- wrap("health server", healthHTTP.Serve(healthLis)) }()
 	go func() { errc <- wrap("metrics server", metricsHTTP.Serve(metricsLis)) }()
+	if caWatcher != nil {
+		// Not a component that can fail: a bad file keeps the CAs in use.
+		go func() { _ = caWatcher.Run(ctx) }()
+	}
 	go func() {
 		select {
 		case <-ctx.Done():

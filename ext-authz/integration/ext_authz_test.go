@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -31,6 +33,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/volume"
 )
 
 func createKyma(ns, name, domain string, labels map[string]string) {
@@ -315,6 +318,110 @@ var _ = Describe("ext-authz --ca-file", func() {
 				return decisionOf(resp)
 			}).WithTimeout(time.Second).Should(Equal(tc.want))
 		}
+	})
+})
+
+var _ = Describe("ext-authz --ca-file reload", func() {
+	It("follows a mounted CA bundle: A, A+B, B, then garbage keeps B", func() {
+		createKyma(kymaNamespace, "runtime-reload", "skr-reload.example.com", nil)
+		caA, err := pki.NewCA("reload-ca-a")
+		Expect(err).NotTo(HaveOccurred())
+		caB, err := pki.NewCA("reload-ca-b")
+		Expect(err).NotTo(HaveOccurred())
+		leafOf := func(ca *pki.CA) string {
+			l, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-reload", DNSNames: []string{"skr-reload.example.com"}})
+			Expect(err).NotTo(HaveOccurred())
+			return xfccOf(l)
+		}
+		fromA, fromB := leafOf(caA), leafOf(caB)
+
+		// The file as kubelet keeps a mounted Secret: ca.crt -> ..data/ca.crt,
+		// ..data swapped atomically. The poll interval is an hour: only the
+		// directory's file events can trigger these reloads.
+		vol, err := volume.New(filepath.Join(GinkgoT().TempDir(), "ca"))
+		Expect(err).NotTo(HaveOccurred())
+		write := func(data []byte) { GinkgoHelper(); Expect(vol.Write(map[string][]byte{"ca.crt": data})).To(Succeed()) }
+		write(caA.PEM)
+		p := startExtAuthz("--kyma-namespace="+kymaNamespace, "--ca-file="+vol.File("ca.crt"), "--ca-reload-interval=1h")
+		Eventually(p.Ready).WithTimeout(startTimeout).Should(BeTrue())
+		conn, err := p.Dial()
+		Expect(err).NotTo(HaveOccurred())
+		defer conn.Close()
+		authz := authv3.NewAuthorizationClient(conn)
+		// Readiness is polled all along: a reload must never touch it.
+		var readyPolls, notReady atomic.Int64
+		pollCtx, stopPolling := context.WithCancel(context.Background())
+		polled := make(chan struct{})
+		go func() {
+			defer close(polled)
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				if ok, err := p.Ready(); !ok || err != nil {
+					notReady.Add(1)
+				}
+				readyPolls.Add(1)
+				select {
+				case <-pollCtx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		decide := func(header string) func() decision {
+			return func() decision {
+				resp, err := authz.Check(context.Background(), extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: header}))
+				Expect(err).NotTo(HaveOccurred())
+				return decisionOf(resp)
+			}
+		}
+		metric := func(series string) func() string {
+			return func() string {
+				text, err := p.Metrics()
+				Expect(err).NotTo(HaveOccurred())
+				for _, line := range strings.Split(text, "\n") {
+					if strings.HasPrefix(line, series+" ") {
+						return strings.TrimPrefix(line, series+" ")
+					}
+				}
+				return "absent"
+			}
+		}
+		allowed, invalid := allowedAs("runtime-reload", "skr-reload.example.com"), deniedFor(contract.ReasonInvalidCertificate)
+		reloadsOK, reloadsErr := `runtime_watcher_ext_authz_ca_reloads_total{result="ok"}`, `runtime_watcher_ext_authz_ca_reloads_total{result="error"}`
+
+		By("CA A: a certificate of A is allowed, one of B refused")
+		Expect(decide(fromA)()).To(Equal(allowed))
+		Expect(decide(fromB)()).To(Equal(invalid))
+		Expect(metric("runtime_watcher_ext_authz_ca_bundle_certificates")()).To(Equal("1"))
+		Expect(metric(reloadsOK)()).To(Equal("0"))
+
+		By("A+B: B is allowed, A still")
+		write(append(append([]byte{}, caA.PEM...), caB.PEM...))
+		Eventually(decide(fromB)).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(allowed))
+		Expect(decide(fromA)()).To(Equal(allowed))
+		Expect(metric("runtime_watcher_ext_authz_ca_bundle_certificates")()).To(Equal("2"))
+
+		By("B only: A, verified and cached before, is refused from now on")
+		write(caB.PEM)
+		Eventually(decide(fromA)).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(invalid))
+		Expect(decide(fromB)()).To(Equal(allowed))
+		Expect(metric(reloadsOK)()).To(Equal("2"))
+		Expect(strconv.ParseFloat(metric("runtime_watcher_ext_authz_ca_bundle_not_after_seconds")(), 64)).To(Equal(float64(caB.Cert.NotAfter.Unix())))
+
+		By("garbage: B stays in use, the error is counted and logged")
+		write([]byte("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n"))
+		Eventually(metric(reloadsErr)).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal("1"))
+		Expect(metric("runtime_watcher_ext_authz_ca_file_valid")()).To(Equal("0"))
+		Expect(p.Output()).To(ContainSubstring("CA file changed but is unusable; keeping the CA bundle in use"))
+		Consistently(func() []decision { return []decision{decide(fromA)(), decide(fromB)()} }).WithTimeout(time.Second).
+			Should(Equal([]decision{invalid, allowed}))
+		Expect(metric(reloadsOK)()).To(Equal("2"))
+		Expect(metric(reloadsErr)()).To(Equal("1"))
+		stopPolling()
+		<-polled
+		Expect(readyPolls.Load()).To(BeNumerically(">", 10))
+		Expect(notReady.Load()).To(BeZero(), "readiness answered not ready during reloads")
 	})
 })
 

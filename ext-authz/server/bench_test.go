@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"testing"
 
@@ -17,8 +18,16 @@ import (
 
 // BenchmarkCheckInProcess is the CPU cost of one allowed Check without gRPC
 // (XFCC parsing, certificate decoding, lookup, response); the end-to-end
-// benchmark over gRPC with a real cache is in ext-authz/bench.
+// benchmark over gRPC with a real cache is in ext-authz/bench. "ca-file" is
+// the same with roots set as ext-authz's --ca-file sets them (SetRoots) (every
+// certificate chains to them, so after the first round each Check reads the
+// verified-chain cache).
 func BenchmarkCheckInProcess(b *testing.B) {
+	b.Run("no-ca-file", func(b *testing.B) { benchmarkCheckInProcess(b, false) })
+	b.Run("ca-file", func(b *testing.B) { benchmarkCheckInProcess(b, true) })
+}
+
+func benchmarkCheckInProcess(b *testing.B, withRoots bool) {
 	ca, err := pki.NewCA("bench-ca")
 	if err != nil {
 		b.Fatal(err)
@@ -38,7 +47,13 @@ func BenchmarkCheckInProcess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := server.New(&identity.Verifier{Lookup: lookup}, func() bool { return true }, m, logr.Discard())
+	v := &identity.Verifier{Lookup: lookup}
+	if withRoots {
+		roots := x509.NewCertPool()
+		roots.AddCert(ca.Cert)
+		v.SetRoots(roots) // as ext-authz sets (and reloads) --ca-file
+	}
+	srv := server.New(v, func() bool { return true }, m, logr.Discard())
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -32,9 +32,11 @@ type certInfo struct {
 	notBefore, notAfter time.Time
 	derHash             [sha256.Size]byte
 
-	// verified: the certificate chains to the Verifier's Roots at any time
-	// within [verifiedFrom, verifiedUntil] (the validity common to the chain).
+	// verified: the certificate chains to the Verifier's roots of
+	// generation rootsGen at any time within [verifiedFrom, verifiedUntil]
+	// (the validity common to the chain).
 	verified                    bool
+	rootsGen                    uint64
 	verifiedFrom, verifiedUntil time.Time
 }
 
@@ -66,13 +68,16 @@ var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
 
 func (i *certInfo) validAt(t time.Time) bool { return !t.Before(i.notBefore) && !t.After(i.notAfter) }
 
-func (i *certInfo) verifiedAt(t time.Time) bool {
-	return i.verified && !t.Before(i.verifiedFrom) && !t.After(i.verifiedUntil)
+// verifiedAt: the chain was verified against the roots of generation gen
+// (not older ones, which may have held a CA removed since) and is valid at t.
+func (i *certInfo) verifiedAt(t time.Time, gen uint64) bool {
+	return i.verified && i.rootsGen == gen && !t.Before(i.verifiedFrom) && !t.After(i.verifiedUntil)
 }
 
-// setVerified records a successful chain verification and the time window
-// in which every certificate of one verified chain is valid.
-func (i *certInfo) setVerified(chains [][]*x509.Certificate) {
+// setVerified records a successful chain verification against the roots of
+// generation gen and the time window in which every certificate of one
+// verified chain is valid.
+func (i *certInfo) setVerified(chains [][]*x509.Certificate, gen uint64) {
 	if len(chains) == 0 {
 		return
 	}
@@ -85,7 +90,7 @@ func (i *certInfo) setVerified(chains [][]*x509.Certificate) {
 			until = c.NotAfter
 		}
 	}
-	i.verified, i.verifiedFrom, i.verifiedUntil = true, from, until
+	i.verified, i.rootsGen, i.verifiedFrom, i.verifiedUntil = true, gen, from, until
 }
 
 // certCache maps the SHA-256 of a Cert value to its certInfo. It holds at

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -52,12 +54,52 @@ func (d *Denial) Error() string { return string(d.Reason) + ": " + d.Message }
 // runtime's repeated requests do not decode its certificate again; validity
 // times are still checked on every request. Set the fields before the first
 // Verify and do not copy a Verifier after it.
+//
+// Roots that change while the Verifier is in use (a reloaded CA file) are
+// given with SetRoots, not by assigning the field.
 type Verifier struct {
 	Lookup RuntimeLookup
 	Roots  *x509.CertPool
 	Now    func() time.Time
 
-	cache certCache
+	// roots, once SetRoots was called, replaces Roots. Verify reads it with
+	// one atomic load.
+	roots   atomic.Pointer[rootSet]
+	rootsMu sync.Mutex // serializes SetRoots
+	cache   certCache
+}
+
+// rootSet is one generation of roots. A certificate's chain verification is
+// cached with the generation it was verified against (generation 0: the
+// Roots field), so a new generation invalidates every cached verification.
+type rootSet struct {
+	pool *x509.CertPool
+	gen  uint64
+}
+
+// SetRoots replaces the roots certificates must chain to (nil: no chain is
+// required), safely while Verify runs in other goroutines; the pool must not
+// be modified afterwards. Every chain verified against the roots before is
+// verified again on the certificate's next request, so from the return of
+// SetRoots on a certificate whose CA was removed is refused
+// (invalid-certificate) and one from an added CA is accepted. A Verify
+// already running may finish with the roots it started with.
+func (v *Verifier) SetRoots(pool *x509.CertPool) {
+	v.rootsMu.Lock()
+	defer v.rootsMu.Unlock()
+	var gen uint64 = 1
+	if prev := v.roots.Load(); prev != nil {
+		gen = prev.gen + 1
+	}
+	v.roots.Store(&rootSet{pool: pool, gen: gen})
+}
+
+// currentRoots are the roots in effect and their generation.
+func (v *Verifier) currentRoots() (*x509.CertPool, uint64) {
+	if r := v.roots.Load(); r != nil {
+		return r.pool, r.gen
+	}
+	return v.Roots, 0
 }
 
 // ErrNoLookup is returned by Verify when the Verifier has no Lookup.
@@ -141,24 +183,25 @@ func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial
 		now = v.Now
 	}
 	t := now()
+	roots, gen := v.currentRoots()
 	key := hashString(certs[0])
 	info := v.cache.get(key)
-	if info == nil || (v.Roots != nil && !info.verifiedAt(t)) {
+	if info == nil || (roots != nil && !info.verifiedAt(t, gen)) {
 		cert, err := xfcc.DecodeCert(certs[0])
 		if err != nil {
 			return nil, deny(contract.ReasonInvalidCertificate, "%v", err)
 		}
 		info = newCertInfo(cert)
-		if v.Roots != nil && info.sans <= contract.MaxSANs && info.validAt(t) {
+		if roots != nil && info.sans <= contract.MaxSANs && info.validAt(t) {
 			chains, err := cert.Verify(x509.VerifyOptions{
-				Roots:       v.Roots,
+				Roots:       roots,
 				CurrentTime: t,
 				KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 			})
 			if err != nil {
 				return info, deny(contract.ReasonInvalidCertificate, "certificate does not chain to the trusted CA: %v", err)
 			}
-			info.setVerified(chains)
+			info.setVerified(chains, gen)
 		}
 		v.cache.put(key, info)
 	}

@@ -96,6 +96,7 @@ func (r *Reconciler) forget(runtimeKey string) {
 	r.Clients.Forget(runtimeKey)
 	r.memo.ForgetPrefix(runtimeKey + "|")
 	r.pushed.Delete(runtimeKey)
+	r.renewalSlots.Delete(runtimeKey)
 	r.adopted.Delete(runtimeKey)
 	r.lmCerts.forget(runtimeKey)
 	r.unlabelled.Delete(runtimeKey)

@@ -94,6 +94,7 @@ func (r *Reconciler) afterPush(ctx context.Context, kyma client.Object, key, id 
 		r.pushed.Store(key, pr)
 	}
 	if t.current == nil || t.leaf == nil || trust.SignedBy(t.leaf, []*x509.Certificate{t.current}) == 0 {
+		r.renewalSlots.Delete(key)
 		return 0, nil
 	}
 	if wait := time.Until(t.renewAfter); wait > 0 {
@@ -105,14 +106,25 @@ func (r *Reconciler) afterPush(ctx context.Context, kyma client.Object, key, id 
 	}
 	for _, c := range crt.Status.Conditions {
 		if c.Type == certmanagerv1.CertificateConditionIssuing && c.Status == "True" {
+			r.renewalSlots.Delete(key)
 			return 0, nil // requested already
 		}
 	}
-	res := r.Renewals.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
+	// The rate limit: each runtime takes a slot once and comes back when it
+	// is due (one more pass per runtime). Cancelling the reservation and
+	// retrying instead made every waiting runtime run a full pass every
+	// 1/rate seconds, racing for one token: with 100 runtimes 3 renewals/s
+	// instead of 5 and ~70 SKR requests per runtime (vs-controller/bench
+	// BenchmarkCARotation, docs/certificates.md).
+	if v, ok := r.renewalSlots.Load(key); ok {
+		if wait := time.Until(v.(time.Time)); wait > 0 {
+			return wait, nil
+		}
+	} else if d := r.Renewals.Reserve().Delay(); d > 0 {
+		r.renewalSlots.Store(key, time.Now().Add(d))
 		return d, nil
 	}
+	r.renewalSlots.Delete(key)
 	requested, err := requestIssuing(ctx, r.Client, crt)
 	if err != nil {
 		return 0, err

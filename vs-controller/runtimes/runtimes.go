@@ -127,6 +127,9 @@ type Reconciler struct {
 	adopted    sync.Map // runtime key -> true: no LM or take-over objects seen
 	lmCerts    lmCertificates
 	webhooks   bundle.WebhookConfigurations
+
+	// renewalSlots: runtime key -> when its reserved renewal is due.
+	renewalSlots sync.Map
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch

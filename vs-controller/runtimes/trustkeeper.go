@@ -75,6 +75,7 @@ type TrustKeeper struct {
 	poke     chan struct{}
 	state    atomic.Pointer[published]
 	leaves   sync.Map // Secret name -> parsedLeaf
+	signers  sync.Map // parsed leaf (*x509.Certificate) -> *sync.Map: CA -> signed it (signers.go)
 
 	// gatewayHeldSince: when every runtime first held gatewayHeldCA.
 	gatewayHeldCA    string
@@ -251,8 +252,11 @@ func (k *TrustKeeper) writeClientCA(ctx context.Context, bundlePEM []byte) error
 // leaf is the runtime certificate in a Certificate Secret, parsed once per
 // resourceVersion.
 func (k *TrustKeeper) leaf(s *corev1.Secret) *x509.Certificate {
-	if v, ok := k.leaves.Load(s.Name); ok && v.(parsedLeaf).resourceVersion == s.ResourceVersion {
-		return v.(parsedLeaf).cert
+	if v, ok := k.leaves.Load(s.Name); ok {
+		if v.(parsedLeaf).resourceVersion == s.ResourceVersion {
+			return v.(parsedLeaf).cert
+		}
+		k.signers.Delete(v.(parsedLeaf).cert)
 	}
 	certs, _ := trust.ParseBundle(s.Data[corev1.TLSCertKey])
 	var c *x509.Certificate
@@ -301,7 +305,7 @@ func (k *TrustKeeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certifica
 		return nil, err
 	}
 	for _, l := range leaves {
-		if i := trust.SignedBy(l, cas); i >= 0 {
+		if i := k.signedBy(l, cas); i >= 0 {
 			used[i] = true
 		}
 	}
@@ -452,11 +456,11 @@ func (k *TrustKeeper) scanLeaves(ctx context.Context, p *published) {
 	metrics.RuntimeCertNotAfter.Reset()
 	for id, l := range leaves {
 		ca := "unknown"
-		if i := trust.SignedBy(l, p.runtimeCAs); i >= 0 {
+		if i := k.signedBy(l, p.runtimeCAs); i >= 0 {
 			ca = trust.Fingerprint(p.runtimeCAs[i])
 		}
 		metrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
-		if p.runtimeCurrent != nil && trust.SignedBy(l, []*x509.Certificate{p.runtimeCurrent}) != 0 {
+		if p.runtimeCurrent != nil && k.signedBy(l, []*x509.Certificate{p.runtimeCurrent}) != 0 {
 			onOld++
 		}
 		if l.NotAfter.Sub(now) < ExpiringSoon {

@@ -1,0 +1,315 @@
+package cafile
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/volume"
+)
+
+func newCA(t *testing.T, name string) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func bundleOf(cas ...*pki.CA) []byte {
+	var b []byte
+	for _, ca := range cas {
+		b = append(b, ca.PEM...)
+	}
+	return b
+}
+
+func TestParse(t *testing.T) {
+	now := time.Now()
+	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	expired, err := pki.NewCAValid("ca-expired", now.Add(-48*time.Hour), now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	future, err := pki.NewCAValid("ca-future", now.Add(time.Hour), now.Add(48*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := a.Issue(pki.LeafOptions{CommonName: "runtime-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte{1, 2, 3}})
+	broken := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})
+
+	for _, tc := range []struct {
+		name     string
+		data     []byte
+		cas      int
+		expired  int
+		notAfter time.Time
+		wantErr  string
+	}{
+		{name: "one CA", data: a.PEM, cas: 1, notAfter: a.Cert.NotAfter},
+		{name: "bundle", data: bundleOf(a, b), cas: 2, notAfter: a.Cert.NotAfter},
+		{name: "text between blocks", data: append(append([]byte("subject=CN=ca-a\n"), a.PEM...), append([]byte("\n# next\n"), b.PEM...)...), cas: 2},
+		{name: "an expired CA among valid ones", data: bundleOf(expired, a), cas: 2, expired: 1, notAfter: expired.Cert.NotAfter},
+		{name: "a CA not valid yet", data: future.PEM, cas: 1, notAfter: future.Cert.NotAfter},
+		{name: "empty", data: nil, wantErr: "no PEM certificate"},
+		{name: "garbage", data: []byte("this is not PEM\x00\x01"), wantErr: "no PEM certificate"},
+		{name: "only expired CAs", data: expired.PEM, wantErr: "every CA in it expired"},
+		{name: "a leaf", data: bundleOf(a, &pki.CA{PEM: leaf.CertPEM}), wantErr: "certificate 2 (CN=runtime-1) is not a CA"},
+		{name: "a private key", data: append(bundleOf(a), key...), wantErr: `PEM block 2 is a "EC PRIVATE KEY"`},
+		{name: "a certificate that does not parse", data: append(bundleOf(a), broken...), wantErr: "certificate 2:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(tc.data, now)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.CAs) != tc.cas || got.Expired != tc.expired {
+				t.Errorf("%d CAs (%d expired), want %d (%d)", len(got.CAs), got.Expired, tc.cas, tc.expired)
+			}
+			if !tc.notAfter.IsZero() && !got.NotAfter.Equal(tc.notAfter) {
+				t.Errorf("earliest not-after %s, want %s", got.NotAfter, tc.notAfter)
+			}
+			for _, c := range got.CAs {
+				if _, err := c.Verify(x509.VerifyOptions{Roots: got.Pool, CurrentTime: c.NotBefore.Add(time.Second)}); err != nil {
+					t.Errorf("CA %s not in the pool: %v", c.Subject, err)
+				}
+			}
+		})
+	}
+}
+
+// fixture is a Watcher on a CA file in a kubelet-style volume, with a log
+// and the roots it applied.
+type fixture struct {
+	t       *testing.T
+	vol     *volume.Dir
+	w       *Watcher
+	metrics *Metrics
+	mu      sync.Mutex
+	applied []*Bundle
+	log     bytes.Buffer
+}
+
+func newFixture(t *testing.T, initial []byte) *fixture {
+	t.Helper()
+	vol, err := volume.New(filepath.Join(t.TempDir(), "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vol.Write(map[string][]byte{"ca.crt": initial}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Load(vol.File("ca.crt"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, vol: vol, metrics: m}
+	f.w = &Watcher{Path: vol.File("ca.crt"), Initial: b, Metrics: m, Interval: time.Hour,
+		Apply: func(b *Bundle) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.applied = append(f.applied, b)
+		},
+		Log: funcr.New(func(prefix, args string) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.log.WriteString(prefix + " " + args + "\n")
+		}, funcr.Options{}),
+	}
+	return f
+}
+
+func (f *fixture) write(data []byte) {
+	f.t.Helper()
+	if err := f.vol.Write(map[string][]byte{"ca.crt": data}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// inUse is the subjects of the last bundle applied ("" before any).
+func (f *fixture) inUse() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.applied) == 0 {
+		return ""
+	}
+	var names []string
+	for _, c := range f.applied[len(f.applied)-1].CAs {
+		names = append(names, c.Subject.CommonName)
+	}
+	return strings.Join(names, "+")
+}
+
+func (f *fixture) logText() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.log.String()
+}
+
+func (f *fixture) reloads(result string) float64 {
+	return testutil.ToFloat64(f.metrics.reloads.WithLabelValues(result))
+}
+
+// TestReload: every case of one reload, driven by Reload (no watch, no
+// timing): a change applies a usable bundle, a bad one keeps the bundle in
+// use and is counted and logged once.
+func TestReload(t *testing.T) {
+	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	expired, err := pki.NewCAValid("ca-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, a.PEM)
+	f.w.current, f.w.seen = f.w.Initial, "sha256:initial-not-read-yet"
+
+	if f.w.Reload() {
+		t.Fatal("the initial content was applied again")
+	}
+	if f.w.Reload() || f.reloads(ResultOK)+f.reloads(ResultError) != 0 {
+		t.Fatal("an unchanged file counted as a reload")
+	}
+
+	f.write(bundleOf(a, b))
+	if !f.w.Reload() || f.inUse() != "ca-a+ca-b" {
+		t.Fatalf("A+B not applied: in use %q", f.inUse())
+	}
+	f.write(b.PEM)
+	if !f.w.Reload() || f.inUse() != "ca-b" {
+		t.Fatalf("B not applied: in use %q", f.inUse())
+	}
+	if got := f.reloads(ResultOK); got != 2 {
+		t.Errorf("ok reloads %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.notAfter); got != float64(b.Cert.NotAfter.Unix()) {
+		t.Errorf("not-after gauge %v, want B's %d", got, b.Cert.NotAfter.Unix())
+	}
+
+	for i, bad := range [][]byte{[]byte("garbage"), nil, expired.PEM, append(bundleOf(a), "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"...)} {
+		f.write(bad)
+		if f.w.Reload() || f.inUse() != "ca-b" {
+			t.Fatalf("bad file %d: in use %q, want ca-b kept", i, f.inUse())
+		}
+		if f.w.Reload() {
+			t.Fatalf("bad file %d applied on the second read", i)
+		}
+		if got := f.reloads(ResultError); got != float64(i+1) {
+			t.Errorf("bad file %d: %v errors counted, want %d (once per content)", i, got, i+1)
+		}
+		if testutil.ToFloat64(f.metrics.valid) != 0 {
+			t.Errorf("bad file %d: ca_file_valid is not 0", i)
+		}
+	}
+	if n := strings.Count(f.logText(), "CA file changed but is unusable; keeping the CA bundle in use"); n != 4 {
+		t.Errorf("%d error lines for 4 bad files, want 4:\n%s", n, f.logText())
+	}
+
+	// Unreadable: the symlink's target is gone.
+	if err := os.Remove(f.w.Path); err != nil {
+		t.Fatal(err)
+	}
+	if f.w.Reload() || f.inUse() != "ca-b" || f.reloads(ResultError) != 5 {
+		t.Fatalf("missing file: in use %q, %v errors", f.inUse(), f.reloads(ResultError))
+	}
+	f.w.Reload()
+	if f.reloads(ResultError) != 5 || !strings.Contains(f.logText(), "CA file unreadable; keeping the CA bundle in use") {
+		t.Fatalf("missing file: %v errors, log:\n%s", f.reloads(ResultError), f.logText())
+	}
+
+	// Back to the content in use: nothing applied, the file is valid again.
+	f.write(b.PEM)
+	if f.w.Reload() || testutil.ToFloat64(f.metrics.valid) != 1 {
+		t.Fatal("the content in use, read again, was applied or not reported valid")
+	}
+	f.write(a.PEM)
+	if !f.w.Reload() || f.inUse() != "ca-a" || f.reloads(ResultOK) != 3 {
+		t.Fatalf("A after the bad files: in use %q, %v ok", f.inUse(), f.reloads(ResultOK))
+	}
+}
+
+// TestWatch: Run sees kubelet's atomic ..data swaps through fsnotify (the
+// poll interval is an hour, so only the file events can trigger a reload).
+func TestWatch(t *testing.T) {
+	g := NewWithT(t)
+	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	f := newFixture(t, a.PEM)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.w.Run(ctx) }()
+	defer func() {
+		cancel()
+		g.Expect(<-done).To(Succeed())
+	}()
+	g.Eventually(f.logText).Should(ContainSubstring(`"fsnotify"=true`))
+	g.Expect(testutil.ToFloat64(f.metrics.cas)).To(Equal(1.0))
+
+	f.write(bundleOf(a, b))
+	g.Eventually(f.inUse).Should(Equal("ca-a+ca-b"))
+	g.Expect(testutil.ToFloat64(f.metrics.cas)).To(Equal(2.0))
+	f.write(b.PEM)
+	g.Eventually(f.inUse).Should(Equal("ca-b"))
+	f.write([]byte("garbage"))
+	g.Eventually(func() float64 { return f.reloads(ResultError) }).Should(Equal(1.0))
+	g.Expect(f.inUse()).To(Equal("ca-b"))
+	g.Expect(f.w.Current().CAs[0].Subject.CommonName).To(Equal("ca-b"))
+	f.write(a.PEM)
+	g.Eventually(f.inUse).Should(Equal("ca-a"))
+	g.Expect(f.reloads(ResultOK)).To(Equal(3.0))
+
+	// A writer that replaces the file itself (not a volume) is seen too.
+	plain := filepath.Join(t.TempDir(), "ca.pem")
+	g.Expect(os.WriteFile(plain, a.PEM, 0o600)).To(Succeed())
+	f2 := newFixture(t, a.PEM)
+	f2.w.Path = plain
+	go func() { _ = f2.w.Run(ctx) }()
+	g.Eventually(f2.logText).Should(ContainSubstring(`"fsnotify"=true`))
+	tmp := plain + ".tmp"
+	g.Expect(os.WriteFile(tmp, b.PEM, 0o600)).To(Succeed())
+	g.Expect(os.Rename(tmp, plain)).To(Succeed())
+	g.Eventually(f2.inUse).Should(Equal("ca-b"))
+	g.Expect(os.WriteFile(plain, bundleOf(a, b), 0o600)).To(Succeed()) // in place
+	g.Eventually(f2.inUse).Should(Equal("ca-a+ca-b"))
+}
+
+// TestPoll: without file events (the directory cannot be watched) the file
+// is re-read every Interval.
+func TestPoll(t *testing.T) {
+	g := NewWithT(t)
+	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	f := newFixture(t, a.PEM)
+	f.w.Interval = 20 * time.Millisecond
+	f.w.noNotify = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = f.w.Run(ctx) }()
+	g.Eventually(f.logText).Should(ContainSubstring(`"fsnotify"=false`))
+	f.write(b.PEM)
+	g.Eventually(f.inUse).Should(Equal("ca-b"))
+}
