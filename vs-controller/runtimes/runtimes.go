@@ -113,6 +113,7 @@ type Reconciler struct {
 	adopted  sync.Map // runtime key -> true: no LM or take-over objects seen
 	lmCerts  lmCertificates
 	webhooks bundle.WebhookConfigurations
+	bundles  bundle.Bundles
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch
