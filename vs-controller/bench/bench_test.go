@@ -20,9 +20,11 @@
 //   - memory: one in-memory cluster per runtime (package test/memskr:
 //     server-side apply, metadata and full reads, deletes; bodies shared
 //     between runtimes), given to vs-controller through its
-//     skrclient.ClusterClients option. Only vs-controller and the KCP are
-//     measured; the SKR side costs microseconds per request and a few KiB
-//     per runtime, so 10,000 runtimes fit in one process.
+//     skrclient.ClusterClients option. No SKR API server is in the way, so
+//     vs-controller and the KCP are what is measured; the stand-in holds
+//     ~27 KiB per runtime (10,000 runtimes fit in the bench process) and its
+//     "server side" runs in that process too (a quarter of its CPU at
+//     10,000 runtimes, docs/performance.md).
 package bench_test
 
 import (
