@@ -1,8 +1,10 @@
 package bundle_test
 
 import (
+	"fmt"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -86,4 +88,74 @@ func TestWebhookConfigurationsCache(t *testing.T) {
 	if d, _ := c.Desired(o, []v1beta2.Watcher{w1, w2}, []byte("ca")); d == a {
 		t.Fatal("a changed Watcher reused the configuration")
 	}
+}
+
+func TestBundlesCache(t *testing.T) {
+	o := bundle.Options{Namespace: "skr-ns"}
+	var vwcs bundle.WebhookConfigurations
+	var c bundle.Bundles
+	w1 := watcher("kcp-system", "w1", "m1", v1beta2.SpecField, nil)
+	w2 := watcher("kcp-system", "w2", "m2", v1beta2.SpecField, nil)
+	watchers := []v1beta2.Watcher{w1, w2}
+	vwc, err := vwcs.Desired(o, watchers, []byte("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every call, cached or not, is what Desired builds for that runtime.
+	for _, tls := range []bundle.TLS{
+		{CA: []byte("ca"), Cert: []byte("crt-1"), Key: []byte("key-1")},
+		{CA: []byte("ca"), Cert: []byte("crt-2"), Key: []byte("key-2")},
+	} {
+		got, err := c.Desired(o, tls, watchers, vwc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := bundle.Desired(o, tls, watchers, vwc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got, want) {
+			t.Fatalf("cached bundle of %s differs from Desired's", tls.Cert)
+		}
+	}
+	// A changed Watcher (here: dropped) changes the managers ConfigMap.
+	got, err := c.Desired(o, bundle.TLS{CA: []byte("ca")}, []v1beta2.Watcher{w1}, vwc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := bundle.Desired(o, bundle.TLS{CA: []byte("ca")}, []v1beta2.Watcher{w1}, vwc)
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Fatal("a changed set of Watchers reused the shared objects")
+	}
+}
+
+// BenchmarkDesired: one runtime pass's bundle with 100 Watchers, built
+// whole (bundle.Desired) and with the shared objects cached (Bundles).
+func BenchmarkDesired(b *testing.B) {
+	o := bundle.Options{KCPAddr: "gateway.kcp.example.com"}
+	var watchers []v1beta2.Watcher
+	for i := range 100 {
+		watchers = append(watchers, watcher("kcp-system", fmt.Sprintf("w%d", i), fmt.Sprintf("m%d", i), v1beta2.SpecField, nil))
+	}
+	var vwcs bundle.WebhookConfigurations
+	vwc, err := vwcs.Desired(o, watchers, []byte("ca"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tls := bundle.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}
+	b.Run("uncached", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := bundle.Desired(o, tls, watchers, vwc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Bundles", func(b *testing.B) {
+		var c bundle.Bundles
+		for b.Loop() {
+			if _, err := c.Desired(o, tls, watchers, vwc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

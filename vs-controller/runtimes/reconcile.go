@@ -170,7 +170,7 @@ func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS, caBundl
 	if err != nil {
 		return nil, err
 	}
-	return bundle.Desired(r.Bundle, *tls, watchers.Items, vwc)
+	return r.bundles.Desired(r.Bundle, *tls, watchers.Items, vwc)
 }
 
 // applyBundle writes the bundle objects that differ from the SKR's and

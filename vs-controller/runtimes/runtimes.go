@@ -130,6 +130,7 @@ type Reconciler struct {
 
 	// renewalSlots: runtime key -> when its reserved renewal is due.
 	renewalSlots sync.Map
+	bundles      bundle.Bundles
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch
