@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -110,6 +112,76 @@ func BenchmarkEvents(b *testing.B) {
 // read in the default identity mode.
 var benchXFCC = "By=spiffe://cluster.local/ns/kcp-system/sa/listener;Hash=" + strings.Repeat("ab", 32) +
 	`;Subject="CN=runtime-a";URI=;DNS=skr-a.kyma.example.com;Cert="` + strings.Repeat("%2B", 500) + `"`
+
+// BenchmarkHandler measures the handler alone (no sockets, no HTTP
+// parsing): 64 goroutines (32 per CPU on the 2-CPU bench machine; scale
+// with -cpu) call ServeHTTP with the body and headers of make bench-compare
+// while a consumer drains Events(). ns/op and allocs/op are the listener's
+// own cost per event; with -mutexprofile it shows lock contention.
+func BenchmarkHandler(b *testing.B) {
+	// Never started: the address is not used.
+	l, err := listener.New("127.0.0.1:0", "bench-manager", listener.WithRegisterer(nil), listener.WithLogger(logr.Discard()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-l.Events():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// Canonical keys, as net/http's server parses them.
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set(contract.HeaderRuntimeID, "runtime-a")
+	hdr.Set(contract.HeaderSKRDomain, "skr-a.kyma.example.com")
+	hdr.Set(contract.HeaderXFCC, benchXFCC)
+	var failed, lastStatus atomic.Int64
+	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		body := strings.NewReader(validBody)
+		req := httptest.NewRequest(http.MethodPost, l.Path(), nil)
+		req.Header = hdr
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			body.Reset(validBody)
+			req.Body, req.ContentLength = io.NopCloser(body), int64(len(validBody))
+			clear(w.h)
+			w.status = 0
+			l.ServeHTTP(w, req)
+			if w.status != http.StatusOK {
+				failed.Add(1)
+				lastStatus.Store(int64(w.status))
+			}
+		}
+	})
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d requests not answered 200 (one: %d)", n, lastStatus.Load())
+	}
+}
+
+// discardWriter is an http.ResponseWriter that keeps only the status.
+type discardWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) WriteHeader(s int)   { w.status = s }
+func (w *discardWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return len(p), nil
+}
 
 func loopback(b *testing.B) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
