@@ -68,7 +68,7 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 		return plainError(w, http.StatusBadRequest, "cannot read the event body")
 	}
 	var we contract.WatchEvent
-	if err := json.Unmarshal(buf.Bytes(), &we); err != nil {
+	if err := decodeWatchEvent(buf.Bytes(), &we); err != nil {
 		return plainError(w, http.StatusBadRequest, "malformed event: "+jsonErrorText(err))
 	}
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 )
 
 // authenticator establishes the runtime ID of a request or refuses it.
@@ -107,15 +109,21 @@ func validRuntimeID(id string) bool {
 	if id == "" || len(id) > maxRuntimeIDBytes {
 		return false
 	}
-	return len(validation.IsDNS1123Subdomain(id)) == 0 || len(validation.IsValidLabelValue(id)) == 0
+	// pinning.IsDNS1123Subdomain is apimachinery's check without a
+	// regular expression (it runs on every request).
+	return pinning.IsDNS1123Subdomain(id) || len(validation.IsValidLabelValue(id)) == 0
 }
+
+// runtimeIDKey is contract.HeaderRuntimeID in canonical form, the key of
+// http.Header (Header.Values would canonicalize it on every request).
+var runtimeIDKey = textproto.CanonicalMIMEHeaderKey(contract.HeaderRuntimeID)
 
 type headerAuth struct{}
 
 func (headerAuth) mode() string { return "runtime-id-header" }
 
 func (headerAuth) authenticate(r *http.Request) (string, *rejection) {
-	vals := r.Header.Values(contract.HeaderRuntimeID)
+	vals := r.Header[runtimeIDKey]
 	switch {
 	case len(vals) == 0 || (len(vals) == 1 && vals[0] == ""):
 		return "", &rejection{status: http.StatusUnauthorized,

@@ -1,7 +1,9 @@
 package listener
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,78 +29,151 @@ const (
 	DefaultLastSeenLimit     = 50000
 )
 
+// lastSeen is read and written on every accepted event, by up to as many
+// goroutines as there are connections. Touching a runtime already known is
+// lock-free (a sync.Map read and a compare-and-swap on its time): one mutex
+// taken per event formed a convoy at 64 concurrent requests (goroutines
+// queued on it behind a holder waiting to be scheduled), issue 18. The mutex
+// serializes only what changes the set of runtimes: adding one (with the
+// limit and eviction), forgetting expired ones, snapshots.
 type lastSeen struct {
-	mu        sync.Mutex
-	at        map[string]time.Time
+	entries   sync.Map   // runtime ID → *seenEntry
+	mu        sync.Mutex // serializes adding and removing entries
+	n         int        // entries, under mu
 	limit     int
 	retention time.Duration
 	now       func() time.Time
 	evicted   prometheus.Counter
 }
 
+// seenEntry holds a runtime's last-seen time in Unix nanoseconds, or
+// removedAt once it left the map: a touch that finds removedAt adds the
+// runtime anew instead of writing into an entry nobody reads any more.
+type seenEntry struct{ at atomic.Int64 }
+
+const removedAt = math.MinInt64
+
 func newLastSeen(limit int, retention time.Duration, now func() time.Time, evicted prometheus.Counter) *lastSeen {
-	return &lastSeen{at: map[string]time.Time{}, limit: limit, retention: retention, now: now, evicted: evicted}
+	return &lastSeen{limit: limit, retention: retention, now: now, evicted: evicted}
 }
 
 func (s *lastSeen) touch(runtimeID string) {
-	now := s.now()
+	now := s.now().UnixNano()
+	if v, ok := s.entries.Load(runtimeID); ok && setUnlessRemoved(v.(*seenEntry), now) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, known := s.at[runtimeID]; !known && len(s.at) >= s.limit {
+	// Entries leave the map only under mu: one found now stays.
+	if v, ok := s.entries.Load(runtimeID); ok {
+		v.(*seenEntry).at.Store(now)
+		return
+	}
+	if s.n >= s.limit {
 		s.forgetLocked(now)
-		if len(s.at) >= s.limit {
+		if s.n >= s.limit {
 			s.evictOldestLocked()
 		}
 	}
-	s.at[runtimeID] = now
+	e := &seenEntry{}
+	e.at.Store(now)
+	s.entries.Store(runtimeID, e)
+	s.n++
+}
+
+// setUnlessRemoved sets e to now unless e was removed from the map.
+func setUnlessRemoved(e *seenEntry, now int64) bool {
+	for {
+		old := e.at.Load()
+		if old == removedAt {
+			return false
+		}
+		if e.at.CompareAndSwap(old, now) {
+			return true
+		}
+	}
 }
 
 func (s *lastSeen) get(runtimeID string) (time.Time, bool) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.at[runtimeID]
-	if ok && now.Sub(t) > s.retention {
-		delete(s.at, runtimeID)
+	now := s.now().UnixNano()
+	v, ok := s.entries.Load(runtimeID)
+	if !ok {
 		return time.Time{}, false
 	}
-	return t, ok
+	at := v.(*seenEntry).at.Load()
+	if at == removedAt {
+		return time.Time{}, false
+	}
+	if s.expired(now, at) {
+		s.mu.Lock()
+		s.removeLocked(runtimeID, v.(*seenEntry), at)
+		s.mu.Unlock()
+		return time.Time{}, false
+	}
+	return time.Unix(0, at), true
 }
 
 // snapshot forgets expired runtimes and returns a copy of the rest.
 func (s *lastSeen) snapshot() map[string]time.Time {
-	now := s.now()
+	now := s.now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forgetLocked(now)
-	out := make(map[string]time.Time, len(s.at))
-	for k, v := range s.at {
-		out[k] = v
-	}
+	out := make(map[string]time.Time, s.n)
+	s.entries.Range(func(k, v any) bool {
+		if at := v.(*seenEntry).at.Load(); at != removedAt {
+			out[k.(string)] = time.Unix(0, at)
+		}
+		return true
+	})
 	return out
 }
 
-func (s *lastSeen) forgetLocked(now time.Time) {
-	for id, t := range s.at {
-		if now.Sub(t) > s.retention {
-			delete(s.at, id)
-		}
+func (s *lastSeen) expired(now, at int64) bool { return time.Duration(now-at) > s.retention }
+
+// removeLocked removes the entry of id if its time is still at (it was not
+// touched meanwhile) and reports whether it did.
+func (s *lastSeen) removeLocked(id string, e *seenEntry, at int64) bool {
+	if !e.at.CompareAndSwap(at, removedAt) {
+		return false
 	}
+	s.entries.Delete(id)
+	s.n--
+	return true
+}
+
+func (s *lastSeen) forgetLocked(now int64) {
+	s.entries.Range(func(k, v any) bool {
+		e := v.(*seenEntry)
+		if at := e.at.Load(); at != removedAt && s.expired(now, at) {
+			s.removeLocked(k.(string), e, at)
+		}
+		return true
+	})
 }
 
 // evictOldestLocked is O(n); it runs only when a new runtime arrives at the
-// limit.
+// limit. A runtime touched while it is chosen is not evicted: the choice is
+// made again.
 func (s *lastSeen) evictOldestLocked() {
-	var oldestID string
-	var oldest time.Time
-	for id, t := range s.at {
-		if oldestID == "" || t.Before(oldest) {
-			oldestID, oldest = id, t
+	for {
+		var oldestID string
+		var oldestE *seenEntry
+		var oldest int64
+		s.entries.Range(func(k, v any) bool {
+			e := v.(*seenEntry)
+			if at := e.at.Load(); at != removedAt && (oldestE == nil || at < oldest) {
+				oldestID, oldestE, oldest = k.(string), e, at
+			}
+			return true
+		})
+		if oldestE == nil {
+			return
 		}
-	}
-	if oldestID != "" {
-		delete(s.at, oldestID)
-		s.evicted.Inc()
+		if s.removeLocked(oldestID, oldestE, oldest) {
+			s.evicted.Inc()
+			return
+		}
 	}
 }
 
