@@ -51,7 +51,7 @@ build: ## Build every binary into bin/.
 	@for b in $(BINARIES); do echo "go build ./$$b -> bin/$$(basename $$b)"; go build -o $(BIN)/$$(basename $$b) ./$$b; done
 
 .PHONY: bench
-bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 minutes).
+bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 minutes, plus about 2 for the CA rotation benchmark).
 	@# Most benchmarks do a fixed, large amount of work per iteration, so one
 	@# iteration is the measurement; the listener's is per event and runs by time.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m $$(go list ./... | grep -v '/listener$$')
