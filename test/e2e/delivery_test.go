@@ -23,6 +23,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
 // Delivery (docs/architecture.md §4.8, issue 14): every change is followed by an
@@ -76,7 +77,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		consumers := 0
 		for _, op := range ops {
 			Expect(httpStatus(op.HealthURL+"/readyz")).To(Equal(http.StatusOK), "replica %s not ready", op.HealthURL)
-			v, ok := metricSum(fetchMetrics(ctx, op.MetricsURL), "runtime_watcher_listener_consumer_running", map[string]string{"manager": n.Manager})
+			v, ok := promtext.Sum(fetchMetrics(ctx, op.MetricsURL), "runtime_watcher_listener_consumer_running", map[string]string{"manager": n.Manager})
 			Expect(ok).To(BeTrue())
 			consumers += int(v)
 		}
@@ -210,7 +211,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		lastSeen := func() float64 {
 			best := 0.0
 			for _, op := range d.Operators() {
-				if v, ok := metricSum(fetchMetrics(ctx, op.MetricsURL), "runtime_watcher_listener_last_seen_timestamp_seconds",
+				if v, ok := promtext.Sum(fetchMetrics(ctx, op.MetricsURL), "runtime_watcher_listener_last_seen_timestamp_seconds",
 					map[string]string{"manager": n.Manager, "runtime_id": n.RuntimeID}); ok && v > best {
 					best = v
 				}

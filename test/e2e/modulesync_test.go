@@ -25,6 +25,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
 // Module resource sync (docs/architecture.md §4.11): a Module CR edit in the SKR
@@ -257,7 +258,7 @@ func expectNoHotRetry(ctx context.Context, ms e2e.ModuleSyncEnvironment, result 
 
 // counter reads a counter of module-sync's /metrics with label result.
 func counter(ctx context.Context, ms e2e.ModuleSyncEnvironment, name, result string) float64 {
-	v, _ := metricSum(fetchMetrics(ctx, ms.ModuleSyncMetricsURL()), name, map[string]string{"result": result})
+	v, _ := promtext.Sum(fetchMetrics(ctx, ms.ModuleSyncMetricsURL()), name, map[string]string{"result": result})
 	return v
 }
 

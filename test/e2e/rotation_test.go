@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -207,7 +208,7 @@ func tlsFailures(ctx context.Context) float64 {
 	GinkgoHelper()
 	text, err := env.WebhookMetrics(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	sum, found := metricSum(text, "runtime_watcher_skr_webhook_tls_failures_total", nil)
+	sum, found := promtext.Sum(text, "runtime_watcher_skr_webhook_tls_failures_total", nil)
 	Expect(found).To(BeTrue(), "the webhook exports no runtime_watcher_skr_webhook_tls_failures_total")
 	return sum
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
@@ -325,7 +326,7 @@ func reviews(ctx context.Context, url, manager string) float64 {
 // updateReviews sums runtime_watcher_skr_webhook_admission_requests_total
 // of one manager's UPDATE reviews (every result: each review counts once).
 func updateReviews(text, manager string) float64 {
-	v, _ := metricSum(text, "runtime_watcher_skr_webhook_admission_requests_total", map[string]string{"manager": manager, "operation": "UPDATE"})
+	v, _ := promtext.Sum(text, "runtime_watcher_skr_webhook_admission_requests_total", map[string]string{"manager": manager, "operation": "UPDATE"})
 	return v
 }
 

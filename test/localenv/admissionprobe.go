@@ -1,12 +1,8 @@
 package localenv
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
 // waitAdmission returns once the SKR API server calls the skr-webhook for
@@ -49,31 +46,10 @@ func (s *System) waitAdmission(ctx context.Context) error {
 // admissionRequests sums runtime_watcher_skr_webhook_admission_requests_total
 // from the webhook's /metrics.
 func admissionRequests(ctx context.Context, url string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	text, err := promtext.Fetch(ctx, url)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "runtime_watcher_skr_webhook_admission_requests_total{") {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i > 0 {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum, sc.Err()
+	sum, _ := promtext.Sum(text, "runtime_watcher_skr_webhook_admission_requests_total", nil)
+	return sum, nil
 }

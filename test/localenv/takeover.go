@@ -126,10 +126,3 @@ func (w *ExtraWebhook) Stop() error {
 	}
 	return w.proc.stop()
 }
-
-// AdmissionRequests is the sum of
-// runtime_watcher_skr_webhook_admission_requests_total on a webhook's
-// /metrics: the reviews it answered.
-func AdmissionRequests(ctx context.Context, metricsURL string) (float64, error) {
-	return admissionRequests(ctx, metricsURL)
-}
