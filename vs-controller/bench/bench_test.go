@@ -442,18 +442,7 @@ func setup(b *testing.B, ctx context.Context) *fixture {
 		b.Fatal(err)
 	}
 	parallel(f.w, func(i int) error {
-		w := &v1beta2.Watcher{
-			ObjectMeta: metav1.ObjectMeta{Namespace: watcherNS, Name: fmt.Sprintf("watcher-%04d", i)},
-			Spec: v1beta2.WatcherSpec{
-				ServiceInfo:     v1beta2.Service{Name: fmt.Sprintf("operator-%04d", i), Namespace: watcherNS, Port: 8082},
-				Manager:         fmt.Sprintf("operator-%04d", i),
-				LabelsToWatch:   map[string]string{"operator.kyma-project.io/watched-by": fmt.Sprintf("operator-%04d", i)},
-				ResourceToWatch: v1beta2.WatchableGVR{Group: "bench.example.com", Version: "v1", Resource: fmt.Sprintf("things%d", i)},
-				Field:           v1beta2.SpecField,
-				Gateway:         v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "watcher"}}},
-			},
-		}
-		return fast.Create(ctx, w)
+		return fast.Create(ctx, benchWatcher(i))
 	}, b)
 	parallel(f.r, func(i int) error {
 		id := runtimeID(i)
@@ -704,6 +693,37 @@ func eventReasons(ctx context.Context, c client.Client) string {
 	return strings.Join(parts, " ")
 }
 
+// benchWatcher is the bench's Watcher number i: its own manager and
+// resource, selecting the bench's Gateway.
+func benchWatcher(i int) *v1beta2.Watcher {
+	return &v1beta2.Watcher{
+		ObjectMeta: metav1.ObjectMeta{Namespace: watcherNS, Name: fmt.Sprintf("watcher-%04d", i)},
+		Spec: v1beta2.WatcherSpec{
+			ServiceInfo:     v1beta2.Service{Name: fmt.Sprintf("operator-%04d", i), Namespace: watcherNS, Port: 8082},
+			Manager:         fmt.Sprintf("operator-%04d", i),
+			LabelsToWatch:   map[string]string{"operator.kyma-project.io/watched-by": fmt.Sprintf("operator-%04d", i)},
+			ResourceToWatch: v1beta2.WatchableGVR{Group: "bench.example.com", Version: "v1", Resource: fmt.Sprintf("things%d", i)},
+			Field:           v1beta2.SpecField,
+			Gateway:         v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "watcher"}}},
+		},
+	}
+}
+
+// benchLogger sends the controller's log to -vsbench.log, or nowhere; the
+// file is closed when b ends.
+func benchLogger(b *testing.B) {
+	if *logFile == "" {
+		ctrl.SetLogger(logr.Discard())
+		return
+	}
+	out, err := os.Create(*logFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = out.Close() })
+	ctrl.SetLogger(zap.New(zap.WriteTo(out)))
+}
+
 func runtimeID(i int) string { return fmt.Sprintf("runtime-%04d", i) }
 
 func countMeta(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, opts ...client.ListOption) int {
@@ -721,16 +741,7 @@ func countMeta(ctx context.Context, c client.Client, gvk schema.GroupVersionKind
 // Watcher Ready with its VirtualService, every runtime's bundle complete
 // with the expected webhook configuration, both work queues empty and idle.
 func BenchmarkSteadyState(b *testing.B) {
-	if *logFile != "" {
-		out, err := os.Create(*logFile)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer out.Close()
-		ctrl.SetLogger(zap.New(zap.WriteTo(out)))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
+	benchLogger(b)
 	ctx := b.Context()
 	f := setup(b, ctx)
 	go func() {

@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"fmt"
 	goruntime "runtime"
 	"testing"
 
@@ -60,16 +59,7 @@ func TestMemorySKRHoldsTheBundle(t *testing.T) {
 	}
 	var ws []v1beta2.Watcher
 	for i := range 100 {
-		ws = append(ws, v1beta2.Watcher{
-			ObjectMeta: metav1.ObjectMeta{Namespace: watcherNS, Name: fmt.Sprintf("watcher-%04d", i)},
-			Spec: v1beta2.WatcherSpec{
-				ServiceInfo:     v1beta2.Service{Name: fmt.Sprintf("operator-%04d", i), Namespace: watcherNS, Port: 8082},
-				Manager:         fmt.Sprintf("operator-%04d", i),
-				LabelsToWatch:   map[string]string{"operator.kyma-project.io/watched-by": fmt.Sprintf("operator-%04d", i)},
-				ResourceToWatch: v1beta2.WatchableGVR{Group: "bench.example.com", Version: "v1", Resource: fmt.Sprintf("things%d", i)},
-				Field:           v1beta2.SpecField,
-			},
-		})
+		ws = append(ws, *benchWatcher(i))
 	}
 	vwc, err := apply.Desired(bundle.WebhookConfiguration(bundle.Options{}, ws, ca.PEM),
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"))

@@ -13,7 +13,6 @@ import (
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	"github.com/go-logr/logr"
 	istioapiv1 "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -25,10 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/transport"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -74,16 +71,7 @@ const (
 // binary's 2 m adds to each settle-bound step). All runtimes point at one
 // shared SKR API server, each in its own namespace (see the package comment).
 func BenchmarkCARotation(b *testing.B) {
-	if *logFile != "" {
-		out, err := os.Create(*logFile)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer out.Close()
-		ctrl.SetLogger(zap.New(zap.WriteTo(out)))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
+	benchLogger(b)
 	ctx := b.Context()
 	n, w := *rotRuntimes, *rotWatchers
 	if testing.Short() {
@@ -173,17 +161,7 @@ func setupRotation(b *testing.B, ctx context.Context, n, w int) *fixture {
 		b.Fatal(err)
 	}
 	parallel(w, func(i int) error {
-		return fast.Create(ctx, &v1beta2.Watcher{
-			ObjectMeta: metav1.ObjectMeta{Namespace: watcherNS, Name: fmt.Sprintf("watcher-%04d", i)},
-			Spec: v1beta2.WatcherSpec{
-				ServiceInfo:     v1beta2.Service{Name: fmt.Sprintf("operator-%04d", i), Namespace: watcherNS, Port: 8082},
-				Manager:         fmt.Sprintf("operator-%04d", i),
-				LabelsToWatch:   map[string]string{"operator.kyma-project.io/watched-by": fmt.Sprintf("operator-%04d", i)},
-				ResourceToWatch: v1beta2.WatchableGVR{Group: "bench.example.com", Version: "v1", Resource: fmt.Sprintf("things%d", i)},
-				Field:           v1beta2.SpecField,
-				Gateway:         v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "watcher"}}},
-			},
-		})
+		return fast.Create(ctx, benchWatcher(i))
 	}, b)
 	parallel(n, func(i int) error {
 		id := fmt.Sprintf("runtime-%04d", i)
