@@ -133,6 +133,9 @@ type System struct {
 	vsArgs   []string
 	vsHealth string
 	vsStarts int
+
+	// ports.go: the loopback ports chosen for the binaries, locked until Stop.
+	ports portReservation
 }
 
 func (s *System) step(format string, args ...any) {
@@ -197,7 +200,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.step("installed the demo Module CRD %s in the SKR", SampleGVR.GroupResource())
 
 	replicas := max(o.OperatorReplicas, 1)
-	ports, err := freePorts(15 + 3*replicas)
+	ports, err := s.ports.reserve(15 + 3*replicas)
 	if err != nil {
 		return s, err
 	}
@@ -597,5 +600,6 @@ func (s *System) Stop() error {
 			errs = append(errs, err)
 		}
 	}
+	s.ports.release()
 	return errors.Join(errs...)
 }

@@ -98,7 +98,7 @@ func (s *System) StartExtraWebhook(ctx context.Context, o ExtraWebhookOptions) (
 			return nil, err
 		}
 	}
-	ports, err := freePorts(3)
+	ports, err := s.ports.reserve(3)
 	if err != nil {
 		return nil, err
 	}
