@@ -55,6 +55,7 @@ const identityHeaderPrefix = "x-watcher-"
 // Metrics are the Prometheus metrics of Check.
 type Metrics struct {
 	decisions *prometheus.CounterVec
+	allows    prometheus.Counter // decisions{result="allow",reason=""}, resolved once: the hot path
 	latency   prometheus.Histogram
 }
 
@@ -80,6 +81,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	m.allows = m.decisions.WithLabelValues(ResultAllow, "")
 	return m, nil
 }
 
@@ -104,7 +106,11 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	start := time.Now()
 	resp, result, reason := s.decide(ctx, req)
 	if s.metrics != nil {
-		s.metrics.decisions.WithLabelValues(result, reason).Inc()
+		if result == ResultAllow {
+			s.metrics.allows.Inc()
+		} else {
+			s.metrics.decisions.WithLabelValues(result, reason).Inc()
+		}
 		s.metrics.latency.Observe(time.Since(start).Seconds())
 	}
 	return resp, nil
@@ -120,20 +126,19 @@ func (s *Server) decide(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 	}
 	header, _ := headerValue(httpReq, contract.HeaderXFCC)
 	id, err := s.verifier.Verify(ctx, header, req.GetAttributes().GetSource().GetCertificate())
-	var d *pinning.Denial
-	switch {
-	case errors.As(err, &d):
+	if err == nil {
+		if v := s.log.V(1); v.Enabled() {
+			v.Info("Check allowed", "runtime", id.RuntimeID, "skrDomain", id.SKRDomain, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
+		}
+		return allowed(id, httpReq), ResultAllow, ""
+	}
+	if d := (*pinning.Denial)(nil); errors.As(err, &d) {
 		s.log.Info("Check denied", "reason", d.Reason, "runtime", id.RuntimeID, "message", d.Message,
 			"requestID", httpReq.GetId(), "path", httpReq.GetPath())
 		return denied(d.Reason, d.Message), ResultDeny, string(d.Reason)
-	case err != nil:
-		s.log.Error(err, "Check failed closed", "runtime", id.RuntimeID, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
-		return unavailable("runtime lookup failed"), ResultUnavailable, string(contract.ReasonNotReady)
 	}
-	if v := s.log.V(1); v.Enabled() {
-		v.Info("Check allowed", "runtime", id.RuntimeID, "skrDomain", id.SKRDomain, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
-	}
-	return allowed(id, httpReq), ResultAllow, ""
+	s.log.Error(err, "Check failed closed", "runtime", id.RuntimeID, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
+	return unavailable("runtime lookup failed"), ResultUnavailable, string(contract.ReasonNotReady)
 }
 
 // headerValue returns a request header by name, from the headers map
@@ -163,30 +168,56 @@ func headerValue(r *authv3.AttributeContext_HttpRequest, name string) (string, b
 	return strings.Join(vals, ","), len(vals) > 0
 }
 
+// allowResponse is an allow answer in one allocation: the response and
+// every message it points to (nine allocations when built field by field;
+// this is the path every event takes).
+type allowResponse struct {
+	resp    authv3.CheckResponse
+	status  rpcstatus.Status
+	oneof   authv3.CheckResponse_OkResponse
+	ok      authv3.OkHttpResponse
+	options [2]corev3.HeaderValueOption
+	headers [2]corev3.HeaderValue
+	list    [2]*corev3.HeaderValueOption
+}
+
 func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) *authv3.CheckResponse {
+	a := new(allowResponse)
+	a.status.Code = int32(codes.OK)
+	a.headers[0].Key, a.headers[0].Value = contract.HeaderRuntimeID, id.RuntimeID
+	a.headers[1].Key, a.headers[1].Value = contract.HeaderSKRDomain, id.SKRDomain
+	for i := range a.options {
+		a.options[i].Header = &a.headers[i]
+		a.options[i].AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		a.list[i] = &a.options[i]
+	}
+	a.ok.Headers = a.list[:]
+	a.ok.HeadersToRemove = clientIdentityHeaders(r)
+	a.oneof.OkResponse = &a.ok
+	a.resp.Status = &a.status
+	a.resp.HttpResponse = &a.oneof
+	return &a.resp
+}
+
+// clientIdentityHeaders lists (lowercase) every x-watcher-* header the
+// client sent that the allow answer does not overwrite, for Envoy to remove.
+func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest) []string {
 	var remove []string
-	for k := range r.GetHeaders() {
-		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, identityHeaderPrefix) && lk != contract.HeaderRuntimeID && lk != contract.HeaderSKRDomain {
+	add := func(k string) {
+		if len(k) < len(identityHeaderPrefix) || !strings.EqualFold(k[:len(identityHeaderPrefix)], identityHeaderPrefix) {
+			return
+		}
+		if lk := strings.ToLower(k); lk != contract.HeaderRuntimeID && lk != contract.HeaderSKRDomain {
 			remove = append(remove, lk)
 		}
+	}
+	for k := range r.GetHeaders() {
+		add(k)
 	}
 	for _, h := range r.GetHeaderMap().GetHeaders() {
-		lk := strings.ToLower(h.GetKey())
-		if strings.HasPrefix(lk, identityHeaderPrefix) && lk != contract.HeaderRuntimeID && lk != contract.HeaderSKRDomain {
-			remove = append(remove, lk)
-		}
+		add(h.GetKey())
 	}
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			Headers: []*corev3.HeaderValueOption{
-				overwrite(contract.HeaderRuntimeID, id.RuntimeID),
-				overwrite(contract.HeaderSKRDomain, id.SKRDomain),
-			},
-			HeadersToRemove: remove,
-		}},
-	}
+	return remove
 }
 
 func denied(reason contract.DenyReason, msg string) *authv3.CheckResponse {

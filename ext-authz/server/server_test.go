@@ -142,6 +142,8 @@ func TestCheckAllow(t *testing.T) {
 		contract.HeaderSKRDomain:  "evil.example.com",
 		contract.HeaderDenyReason: "none",
 		"x-watcher-extra":         "x",
+		"X-Watcher-Mixed":         "x", // any casing (Envoy lowercases; a test client need not)
+		"x-watcher":               "x", // shorter than the prefix
 	})
 	resp, err := f.client.Check(context.Background(), req)
 	if err != nil {
@@ -165,7 +167,7 @@ func TestCheckAllow(t *testing.T) {
 		t.Errorf("headers %v, want %v", got, want)
 	}
 	removed := strings.Join(ok.GetHeadersToRemove(), ",")
-	for _, h := range []string{contract.HeaderDenyReason, "x-watcher-extra"} {
+	for _, h := range []string{contract.HeaderDenyReason, "x-watcher-extra", "x-watcher-mixed"} {
 		if !strings.Contains(removed, h) {
 			t.Errorf("client header %s not removed (removed: %s)", h, removed)
 		}
