@@ -70,7 +70,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.n, "n", 3, "repetitions; the table holds the medians")
 	flag.IntVar(&o.runtimes, "runtimes", 10000, "Kyma CRs (and client certificates)")
-	flag.IntVar(&o.requests, "requests", 10000, "requests per server, concurrency and repetition")
+	flag.IntVar(&o.requests, "requests", 20000, "requests per server, concurrency and repetition")
 	flag.IntVar(&o.chunk, "chunk", 500, "requests per interleaved chunk")
 	flag.StringVar(&o.out, "out", filepath.Join(testenv.RepoRoot(), "bin", "bench-compare.md"), "file for the table")
 	flag.BoolVar(&o.skipWebhook, "skip-webhook", false, "leave out the webhook's admission latency")
