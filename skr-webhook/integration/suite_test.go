@@ -6,18 +6,14 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -37,6 +33,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -293,40 +290,15 @@ func (p *process) kill() {
 }
 
 // metric sums the samples of a metric whose labels include the given
-// name=value pairs, from the binary's /metrics.
+// name=value pairs, from the binary's /metrics (0 when none matched).
 func (p *process) metric(name string, labels ...string) float64 {
-	resp, err := http.Get("http://" + p.metricsAddr + "/metrics")
+	text, err := promtext.Fetch(context.Background(), "http://"+p.metricsAddr+"/metrics")
 	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		series, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		metricName, lbls, _ := strings.Cut(series, "{")
-		if metricName != name {
-			continue
-		}
-		match := true
-		for i := 0; i+1 < len(labels); i += 2 {
-			if !strings.Contains(lbls, fmt.Sprintf("%s=%q", labels[i], labels[i+1])) {
-				match = false
-			}
-		}
-		if match {
-			v, err := strconv.ParseFloat(value, 64)
-			Expect(err).NotTo(HaveOccurred())
-			sum += v
-		}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
 	}
-	Expect(sc.Err()).NotTo(HaveOccurred())
+	sum, _ := promtext.Sum(text, name, want)
 	return sum
 }
 
