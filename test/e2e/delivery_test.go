@@ -164,6 +164,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		start := time.Now()
 		const reviews, workers = 50000, 32
 		var next, failed atomic.Int64
+		var firstFailure atomic.Value // the first failure's description, for the report
 		var wg sync.WaitGroup
 		c := d.WebhookClient()
 		url := d.WebhookURL() + contract.ValidatePath(n.Manager)
@@ -180,12 +181,15 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 					resp, err := c.Post(url, "application/json", bytes.NewReader(admissionReview(n, fmt.Sprintf("flood-%d", i))))
 					if err != nil {
 						failed.Add(1)
+						firstFailure.CompareAndSwap(nil, fmt.Sprintf("review %d at %s: %v", i, time.Since(start).Round(time.Millisecond), err))
 						continue
 					}
+					body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
 					if resp.StatusCode != http.StatusOK {
 						failed.Add(1)
+						firstFailure.CompareAndSwap(nil, fmt.Sprintf("review %d at %s: %s %q", i, time.Since(start).Round(time.Millisecond), resp.Status, body))
 					}
 				}
 			}()
@@ -196,7 +200,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		Expect(err).NotTo(HaveOccurred())
 		AddReportEntry("flood", fmt.Sprintf("%d reviews in %s (%d not answered 200); webhook RSS %d MiB, peak %d MiB (before: peak %d MiB)",
 			reviews, floodTime.Round(time.Millisecond), failed.Load(), rss>>20, peak>>20, peakBefore>>20))
-		Expect(failed.Load()).To(BeZero(), "admission must be answered at once, whatever the KCP does")
+		Expect(failed.Load()).To(BeZero(), "admission must be answered at once, whatever the KCP does; first failure: %v", firstFailure.Load())
 		Expect(peak).To(BeNumerically("<", 128<<20), "the webhook's peak RSS went over its container limit (128 MiB)")
 
 		Expect(env.SetGatewayUp(ctx, true)).To(Succeed())

@@ -157,14 +157,22 @@ var _ = Describe("Runtime Watcher", Ordered, func() {
 		var before corev1.Secret
 		Expect(env.SKR().Get(ctx, secretKey, &before)).To(Succeed())
 
-		By("deleting the Certificate's Secret in the KCP, so cert-manager issues a new one")
+		By("deleting the runtime Certificate's Secret in the KCP, so cert-manager issues a new one")
 		var certs certmanagerv1.CertificateList
 		Expect(env.KCP().List(ctx, &certs, client.InNamespace(n.KymaNamespace))).To(Succeed())
-		Expect(certs.Items).NotTo(BeEmpty())
+		deleted := 0
 		for _, c := range certs.Items {
+			// Only the runtime's leaf: the runtime CA's Certificate lives in
+			// this namespace too, and deleting its Secret would rotate the CA
+			// (a new key) under every later spec.
+			if c.Spec.IsCA || c.Spec.CommonName != n.RuntimeID {
+				continue
+			}
 			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: c.Spec.SecretName, Namespace: n.KymaNamespace}}))).To(Succeed())
+			deleted++
 		}
+		Expect(deleted).To(Equal(1), "runtime Certificates for %s", n.RuntimeID)
 
 		By("writing while the new certificate travels to the SKR and the webhook reloads it")
 		since := time.Now()
