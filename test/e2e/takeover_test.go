@@ -42,8 +42,8 @@ import (
 // the gateway, which trusts LM's CA through the trust window
 // (--migration-extra-ca-secret). Then vs-controller takes over while a
 // writer keeps changing watched objects: every final state reaches the
-// operator, every write is reviewed by exactly one of the two webhooks,
-// and no LM object is left. The spec leaves the runtime with vs-controller's
+// operator, every write is reviewed by one of the two webhooks (none by
+// neither; at most a few twice, see the count), and no LM object is left. The spec leaves the runtime with vs-controller's
 // bundle, as it found it, and the trust window closed.
 var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered, func() {
 	const (
@@ -75,7 +75,7 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 		DeferCleanup(restoreAfterTakeover, n, tc, lmSecret, &lmHook)
 	})
 
-	It("takes over with events flowing throughout, every write reviewed by exactly one webhook, and no LM object left", func(ctx SpecContext) {
+	It("takes over with events flowing throughout, every write reviewed by one of the two webhooks, and no LM object left", func(ctx SpecContext) {
 		By("opening the trust window: LM's CA Secret in the KCP, vs-controller restarted with --migration-extra-ca-secret")
 		Expect(env.KCP().Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: lmSecret.Namespace, Name: lmSecret.Name},
@@ -155,13 +155,22 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 				Should(ContainElement(n.RuntimeID), "the final state of %s (written %s) was not received", name, at.Format(time.RFC3339Nano))
 		}
 
-		By("counting the reviews: each write reviewed by exactly one of the two webhooks")
+		By("counting the reviews: each write reviewed by one of the two webhooks, none by neither")
 		lmCount := reviews(ctx, lmHook.MetricsURL(), n.Manager) - lmBefore
 		ourCount := ourReviews(ctx, n) - ourBefore
 		AddReportEntry("take-over: writes, reviews by LM's webhook, reviews by ours", fmt.Sprintf("%d, %.0f, %.0f", w.count(), lmCount, ourCount))
 		Expect(lmCount).To(BeNumerically(">", 0))
 		Expect(ourCount).To(BeNumerically(">", 0))
-		Expect(lmCount+ourCount).To(BeEquivalentTo(w.count()), "a write was reviewed by no webhook (a gap) or by both")
+		// No gap: every write reviewed at least once. The sum may exceed
+		// the writes by a few: the API server runs validating admission
+		// again when it retries a patch after a storage conflict (its
+		// cached copy of the object was behind the previous write), so one
+		// write can be reviewed twice by the same webhook. Both webhooks
+		// reviewing every write for a while (configurations overlapping
+		// instead of switching) would exceed it by many.
+		total := lmCount + ourCount
+		Expect(total).To(BeNumerically(">=", w.count()), "a write was reviewed by no webhook (a gap)")
+		Expect(total).To(BeNumerically("<=", w.count()+max(2, w.count()/20)), "many writes reviewed twice: both webhooks reviewed for a while")
 
 		By("checking that no LM object is left in the SKR and admission is ours")
 		Expect(bundle.FindLifecycleManager(ctx, env.SKR(), bundle.Options{Namespace: n.SKRNamespace})).To(BeEmpty())
