@@ -33,7 +33,7 @@ func main() {
 	fs := flag.CommandLine
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the /metrics endpoint; \"0\" disables it")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "use leader election (one active replica; the listener serves on the leader)")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "use leader election (the controllers run on one replica; the listener serves and is ready on every replica, one that does not lead answers events 503 with Retry-After)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	fs.StringVar(&o.KymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, their kubeconfig Secrets, ModuleConfigs, SyncResources and module-sync's Watchers")
 	fs.StringVar(&moduleResources, "module-resources", "", "the SKR resources that are Module CRs: [module=]group/version/resource[,…] (version * = preferred; module defaults to the kind in lower case; required)")

@@ -251,7 +251,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(l); err != nil {
+	// The listener serves and is ready on every replica; only the leader
+	// (where the controllers below run) consumes, the others answer 503
+	// with Retry-After so deliveries reach the leader.
+	if err := l.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(&watchers{client: mgr.GetClient(), o: o}); err != nil {
@@ -275,9 +278,6 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddReadyzCheck("listener", l.ReadyCheck); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddReadyzCheck("cache", func(req *http.Request) error {
