@@ -104,7 +104,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > contract.MaxAdmissionBodyBytes {
-		h.reject(w, manager, "", resultTooLarge, http.StatusRequestEntityTooLarge, tooLargeMessage, start)
+		h.rejectTooLarge(w, manager, start)
 		return
 	}
 	if h.inFlight != nil {
@@ -120,7 +120,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			h.reject(w, manager, "", resultTooLarge, http.StatusRequestEntityTooLarge, tooLargeMessage, start)
+			h.rejectTooLarge(w, manager, start)
 			return
 		}
 		h.reject(w, manager, "", resultBadRequest, http.StatusBadRequest, "reading body: "+err.Error(), start)
@@ -188,6 +188,17 @@ func (h *Handler) answerOverflow(w http.ResponseWriter, r *http.Request, manager
 	h.allow(w, uid)
 	h.metrics.observe(manager, "", resultOverflow, start)
 	h.log.V(1).Info("admission review answered unread: too many in flight", "manager", manager, "uid", uid)
+}
+
+// rejectTooLarge answers a review over contract.MaxAdmissionBodyBytes 413.
+// The change it describes is not read, so it could be lost silently (the
+// webhook's failurePolicy is Ignore): the manager gets an overflow resync
+// instead (docs/architecture.md §4.8).
+func (h *Handler) rejectTooLarge(w http.ResponseWriter, manager string, start time.Time) {
+	if h.overflow != nil {
+		h.overflow.Overflow(manager)
+	}
+	h.reject(w, manager, "", resultTooLarge, http.StatusRequestEntityTooLarge, tooLargeMessage, start)
 }
 
 // peekUID reads JSON tokens until request.uid and returns it, decoding no

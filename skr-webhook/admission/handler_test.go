@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -116,7 +117,8 @@ func TestHandler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &recorder{}
 			m := NewMetrics(prometheus.NewRegistry())
-			h := NewHandler(rec, logr.Discard(), m)
+			ov := &overflows{}
+			h := NewHandler(rec, logr.Discard(), m).LimitInFlight(0, ov)
 			var body io.Reader = bytes.NewReader(tt.body)
 			if tt.hideLength {
 				body = io.MultiReader(body) // not a *bytes.Reader: length unknown
@@ -152,6 +154,15 @@ func TestHandler(t *testing.T) {
 				if rec.got[i] != tt.wantEnqueue[i] {
 					t.Errorf("enqueued %+v, want %+v", rec.got[i], tt.wantEnqueue[i])
 				}
+			}
+			// A review too large to read is a change that may be lost:
+			// its manager gets an overflow resync; nothing else asks one.
+			var wantOverflow []string
+			if tt.wantResult == "too_large" {
+				wantOverflow = []string{tt.wantManager}
+			}
+			if !slices.Equal(ov.got, wantOverflow) {
+				t.Errorf("overflow resyncs requested for %q, want %q", ov.got, wantOverflow)
 			}
 			if n := seriesCount(m.requests); n != 1 {
 				t.Fatalf("%d metric series, want 1", n)
