@@ -7,8 +7,9 @@
 // SAN pinning itself (Verifier, Runtime, RuntimeLookup, Identity, Denial) is
 // in the sub-package pinning, which needs no client-go or controller-runtime;
 // this package re-exports it under the same names. The sub-package kymastore
-// is a RuntimeLookup with NewKymaLookup's precedence over a small in-memory
-// store fed by a client-go reflector: ext-authz uses pinning and kymastore
+// is a RuntimeLookup over a small in-memory store fed by a client-go
+// reflector; both it and NewKymaLookup apply the precedence below through
+// one function, pinning.LookupInIndex, each over its own index: ext-authz uses pinning and kymastore
 // and so links neither controller-runtime's client nor client-go's typed
 // clients.
 //

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 )
 
 // RuntimeIDField is the field index IndexRuntimeID registers on Kyma CRs:
@@ -57,14 +58,9 @@ func IndexRuntimeID(ctx context.Context, idx client.FieldIndexer) error {
 // NewKymaLookup returns a RuntimeLookup backed by a controller-runtime
 // client.Reader (normally a cache with the IndexRuntimeID index) that reads
 // Kyma CRs as metav1.PartialObjectMetadata in one namespace. It finds the
-// Kyma whose RuntimeIDOf is the runtime ID, label before name:
-//
-//  1. the Kyma CRs labelled kyma-project.io/runtime-id=<id> (through the
-//     index): one is the answer; several are an error, so callers fail
-//     closed;
-//  2. else the Kyma CR named <id>, unless it carries a runtime-id label
-//     naming another runtime (it is that runtime's Kyma);
-//  3. else the runtime is unknown (found=false).
+// Kyma whose RuntimeIDOf is the runtime ID with pinning.LookupInIndex, the
+// one implementation of the precedence (label before name; several Kyma CRs
+// with one label are an error), which ext-authz's store uses as well.
 func NewKymaLookup(r client.Reader, namespace string) RuntimeLookup {
 	return &kymaLookup{r: r, ns: namespace}
 }
@@ -74,38 +70,51 @@ type kymaLookup struct {
 	ns string
 }
 
+var _ pinning.KymaIndex = (*kymaLookup)(nil)
+
 func (l *kymaLookup) LookupRuntime(ctx context.Context, runtimeID string) (Runtime, bool, error) {
-	if len(validation.IsValidLabelValue(runtimeID)) == 0 && runtimeID != "" {
-		list := NewKymaList()
-		if err := l.r.List(ctx, list, client.InNamespace(l.ns), client.MatchingFields{RuntimeIDField: runtimeID}); err != nil {
-			return Runtime{}, false, err
-		}
-		switch len(list.Items) {
-		case 0:
-		case 1:
-			return runtimeOf(runtimeID, &list.Items[0]), true, nil
-		default:
-			return Runtime{}, false, fmt.Errorf("%d Kyma CRs in %q carry label %s=%s", len(list.Items), l.ns, contract.LabelRuntimeID, runtimeID)
-		}
+	rt, found, err := pinning.LookupInIndex(ctx, l, runtimeID)
+	if err != nil {
+		return rt, found, fmt.Errorf("namespace %q: %w", l.ns, err)
 	}
-	if !isDNS1123Subdomain(runtimeID) {
-		return Runtime{}, false, nil // no Kyma can have this name
-	}
-	k := NewKyma()
-	err := l.r.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: runtimeID}, k)
-	switch {
-	case apierrors.IsNotFound(err):
-		return Runtime{}, false, nil
-	case err != nil:
-		return Runtime{}, false, err
-	case RuntimeIDOf(k) != runtimeID:
-		return Runtime{}, false, nil // labelled for another runtime
-	}
-	return runtimeOf(runtimeID, k), true, nil
+	return rt, found, nil
 }
 
-func runtimeOf(id string, k *metav1.PartialObjectMetadata) Runtime {
-	return Runtime{ID: id, KymaName: k.GetName(), SKRDomain: k.GetAnnotations()[contract.AnnotationSKRDomain]}
+// KymasLabelled reads the Kyma CRs labelled id through the RuntimeIDField
+// index (none when id cannot be a label value).
+func (l *kymaLookup) KymasLabelled(ctx context.Context, id string) (int, pinning.KymaRef, error) {
+	if id == "" || len(validation.IsValidLabelValue(id)) > 0 {
+		return 0, pinning.KymaRef{}, nil
+	}
+	list := NewKymaList()
+	if err := l.r.List(ctx, list, client.InNamespace(l.ns), client.MatchingFields{RuntimeIDField: id}); err != nil {
+		return 0, pinning.KymaRef{}, err
+	}
+	if len(list.Items) == 0 {
+		return 0, pinning.KymaRef{}, nil
+	}
+	return len(list.Items), refOf(&list.Items[0]), nil
+}
+
+// KymaNamed reads the Kyma CR named name (none when name cannot be a Kyma
+// CR's name).
+func (l *kymaLookup) KymaNamed(ctx context.Context, name string) (pinning.KymaRef, bool, error) {
+	if !isDNS1123Subdomain(name) {
+		return pinning.KymaRef{}, false, nil
+	}
+	k := NewKyma()
+	err := l.r.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: name}, k)
+	switch {
+	case apierrors.IsNotFound(err):
+		return pinning.KymaRef{}, false, nil
+	case err != nil:
+		return pinning.KymaRef{}, false, err
+	}
+	return refOf(k), true, nil
+}
+
+func refOf(k *metav1.PartialObjectMetadata) pinning.KymaRef {
+	return pinning.KymaRef{Name: k.GetName(), Label: k.GetLabels()[contract.LabelRuntimeID], SKRDomain: k.GetAnnotations()[contract.AnnotationSKRDomain]}
 }
 
 // TrimKyma is a cache transform (client-go's TransformFunc) that keeps of a

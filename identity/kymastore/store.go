@@ -2,9 +2,10 @@
 // namespace for SAN pinning: a client-go reflector (list + watch of the
 // Kyma CRs' metadata) feeds a Store that keeps of each Kyma CR only its
 // name, runtime-id label and skr-domain annotation, indexed by name and by
-// label. The Store is a pinning.RuntimeLookup with the precedence of
-// identity.NewKymaLookup (label before name; several Kymas with one label
-// are an error), answered from two map reads without allocating.
+// label. The Store is a pinning.RuntimeLookup through pinning.LookupInIndex,
+// the same precedence code as identity.NewKymaLookup (label before name;
+// several Kymas with one label are an error), answered from two map reads
+// without allocating.
 //
 // It depends on client-go's metadata client and reflector only, not on
 // controller-runtime or client-go's typed clients: with it and
@@ -72,11 +73,12 @@ func (s *Store) Len() int {
 	return len(s.byName)
 }
 
-// LookupRuntime finds the Kyma CR of a runtime ID: the one labelled with it
-// (several: an error), else the one named with it unless its label names
-// another runtime, else none. Before the initial list it fails with
-// ErrNotSynced (callers fail closed).
-func (s *Store) LookupRuntime(_ context.Context, runtimeID string) (pinning.Runtime, bool, error) {
+// LookupRuntime finds the Kyma CR of a runtime ID with
+// pinning.LookupInIndex (the one implementation of the precedence: the
+// Kyma CR labelled with it, several an error, else the one named with it
+// unless its label names another runtime, else none), from two map reads.
+// Before the initial list it fails with ErrNotSynced (callers fail closed).
+func (s *Store) LookupRuntime(ctx context.Context, runtimeID string) (pinning.Runtime, bool, error) {
 	select {
 	case <-s.synced:
 	default:
@@ -84,17 +86,24 @@ func (s *Store) LookupRuntime(_ context.Context, runtimeID string) (pinning.Runt
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if names := s.byLabel[runtimeID]; len(names) > 0 {
-		if len(names) > 1 {
-			return pinning.Runtime{}, false, fmt.Errorf("%d Kyma CRs carry label %s=%s", len(names), contract.LabelRuntimeID, runtimeID)
-		}
-		return pinning.Runtime{ID: runtimeID, KymaName: names[0], SKRDomain: s.byName[names[0]].domain}, true, nil
+	return pinning.LookupInIndex(ctx, storeIndex{s}, runtimeID)
+}
+
+// storeIndex is the Store as a pinning.KymaIndex; s.mu is held for reading.
+type storeIndex struct{ s *Store }
+
+func (x storeIndex) KymasLabelled(_ context.Context, id string) (int, pinning.KymaRef, error) {
+	names := x.s.byLabel[id]
+	if len(names) == 0 {
+		return 0, pinning.KymaRef{}, nil
 	}
-	k, ok := s.byName[runtimeID]
-	if !ok || k.label != "" && k.label != runtimeID {
-		return pinning.Runtime{}, false, nil // unknown, or labelled for another runtime
-	}
-	return pinning.Runtime{ID: runtimeID, KymaName: runtimeID, SKRDomain: k.domain}, true, nil
+	k := x.s.byName[names[0]]
+	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain}, nil
+}
+
+func (x storeIndex) KymaNamed(_ context.Context, name string) (pinning.KymaRef, bool, error) {
+	k, ok := x.s.byName[name]
+	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain}, ok, nil
 }
 
 // entryOf reads a stored object: a Kyma as metadata, or the last state of a

@@ -26,7 +26,8 @@ type Runtime struct {
 
 // RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such
 // runtime. identity.NewKymaLookup (over a controller-runtime reader) and
-// identity/kymastore (ext-authz's own store) implement it over Kyma CRs.
+// identity/kymastore (ext-authz's own store) implement it over Kyma CRs,
+// both through LookupInIndex.
 type RuntimeLookup interface {
 	LookupRuntime(ctx context.Context, runtimeID string) (rt Runtime, found bool, err error)
 }
