@@ -161,6 +161,8 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		_, peakBefore, err := d.WebhookRSS()
 		Expect(err).NotTo(HaveOccurred())
 
+		overflowsBefore := webhookCounter(ctx, "runtime_watcher_skr_webhook_resyncs_requested_total", map[string]string{"reason": "overflow"})
+		droppedBefore := webhookCounter(ctx, "runtime_watcher_skr_webhook_events_dropped_total", map[string]string{"reason": "overflow"})
 		start := time.Now()
 		const reviews, workers = 50000, 32
 		var next, failed atomic.Int64
@@ -203,7 +205,25 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		Expect(failed.Load()).To(BeZero(), "admission must be answered at once, whatever the KCP does; first failure: %v", firstFailure.Load())
 		Expect(peak).To(BeNumerically("<", 128<<20), "the webhook's peak RSS went over its container limit (128 MiB)")
 
+		// What the flood cost, from the webhook's own counters: changes
+		// pushed out of the full queue, and the overflow resyncs asked
+		// for them (and for reviews answered unread).
+		overflows := webhookCounter(ctx, "runtime_watcher_skr_webhook_resyncs_requested_total", map[string]string{"reason": "overflow"}) - overflowsBefore
+		dropped := webhookCounter(ctx, "runtime_watcher_skr_webhook_events_dropped_total", map[string]string{"reason": "overflow"}) - droppedBefore
+		AddReportEntry("flood cost", fmt.Sprintf("%.0f changes dropped from the full queue, %.0f overflow resyncs requested", dropped, overflows))
+		if dropped > 0 {
+			Expect(overflows).To(BeNumerically(">", 0), "changes were dropped for overflow but no overflow resync was requested")
+		}
+
 		Expect(env.SetGatewayUp(ctx, true)).To(Succeed())
+		if overflows > 0 {
+			// A change was dropped or not read: the operator must be
+			// told, by the resync itself (flood events alone do not say
+			// which changes are missing).
+			Eventually(func() int {
+				return len(resyncs(n.RuntimeID, string(contract.ResyncOverflow), start))
+			}).WithTimeout(3*time.Minute).Should(BeNumerically(">", 0), "%.0f overflow resyncs requested, none reached the operator", overflows)
+		}
 		Eventually(func() bool {
 			return len(resyncs(n.RuntimeID, string(contract.ResyncOverflow), start)) > 0 || floodEvents(start) > 0
 		}).WithTimeout(3*time.Minute).Should(BeTrue(), "neither a change event nor an overflow resync after the flood")
@@ -301,4 +321,12 @@ func httpStatus(url string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// webhookCounter sums a counter over every skr-webhook process.
+func webhookCounter(ctx context.Context, name string, labels map[string]string) float64 {
+	text, err := env.WebhookMetrics(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	v, _ := promtext.Sum(text, name, labels)
+	return v
 }
