@@ -15,7 +15,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -132,6 +134,47 @@ var _ = Describe("the binaries, the Dockerfile and the images", func() {
 			line = strings.TrimSpace(line)
 			Expect(line).NotTo(HavePrefix("manifests"), "vs-controller embeds manifests/skr: it must be in the build context")
 		}
+	})
+
+	// memlimit.Apply sets Go's soft memory limit to 90 % of MEMORY_LIMIT;
+	// without it 90 % of the cgroup limit, and a GOMEMLIMIT of the limit
+	// itself (what module-sync had) leaves no headroom before the OOM killer.
+	It("give every Go binary of the KCP and the SKR its memory limit as MEMORY_LIMIT, which it reads", func() {
+		binaries := makefileBinaries()
+		seen := 0
+		for _, dir := range append(append([]string{}, kcpOverlays...), "manifests/skr") {
+			for _, u := range find(mustBuild(dir), "Deployment", "") {
+				var d appsv1.Deployment
+				decode(u, &d)
+				for _, c := range d.Spec.Template.Spec.Containers {
+					what := dir + ": Deployment " + d.Name + ", container " + c.Name
+					binary, ok := imageBinary(binaries, c.Image)
+					Expect(ok).To(BeTrue(), "%s: image %s runs none of the Makefile's binaries", what, c.Image)
+					seen++
+					var memoryLimit []corev1.EnvVar
+					for _, e := range c.Env {
+						Expect(e.Name).NotTo(Equal("GOMEMLIMIT"), "%s: set MEMORY_LIMIT (90 %% of it becomes the soft limit), not GOMEMLIMIT", what)
+						if e.Name == memlimit.ContainerLimitEnv {
+							memoryLimit = append(memoryLimit, e)
+						}
+					}
+					Expect(memoryLimit).To(HaveLen(1), "%s: no %s env", what, memlimit.ContainerLimitEnv)
+					e := memoryLimit[0]
+					Expect(e.Value).To(BeEmpty(), what)
+					Expect(e.ValueFrom).NotTo(BeNil(), what)
+					Expect(e.ValueFrom.ResourceFieldRef).NotTo(BeNil(), "%s: %s must come from the downward API", what, e.Name)
+					Expect(e.ValueFrom.ResourceFieldRef.Resource).To(Equal("limits.memory"), what)
+					Expect(e.ValueFrom.ResourceFieldRef.ContainerName).To(Or(BeEmpty(), Equal(c.Name)), what)
+					Expect(e.ValueFrom.ResourceFieldRef.Divisor.IsZero() || e.ValueFrom.ResourceFieldRef.Divisor.Value() == 1).To(BeTrue(), "%s: %s is in bytes", what, e.Name)
+					Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory), what)
+
+					main, err := os.ReadFile(repoPath(binary, "main.go"))
+					Expect(err).NotTo(HaveOccurred())
+					Expect(string(main)).To(ContainSubstring("memlimit.Apply(os.Getenv"), "%s: %s does not read %s", what, binary, e.Name)
+				}
+			}
+		}
+		Expect(seen).To(BeNumerically(">=", 4), "vs-controller, ext-authz, module-sync and the skr-webhook")
 	})
 
 	It("use, in the kind overlay and the samples, the images that e2e.sh builds and loads", func() {

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
@@ -90,6 +91,11 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("module-sync")
+	if limit, source, err := memlimit.Apply(os.Getenv, memlimit.CgroupRoot, memlimit.DefaultRatio); err != nil {
+		log.Info("no soft memory limit from the cgroup", "error", err.Error())
+	} else {
+		log.Info("soft memory limit", "limit", memlimit.String(limit), "source", source)
+	}
 	o.Service.Name, o.Service.Namespace, o.Service.Port = serviceName, o.KymaNamespace, servicePort
 
 	cfg := ctrl.GetConfigOrDie()

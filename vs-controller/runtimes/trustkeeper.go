@@ -76,6 +76,9 @@ type TrustKeeper struct {
 	state    atomic.Pointer[published]
 	leaves   sync.Map // Secret name -> parsedLeaf
 	signers  sync.Map // parsed leaf (*x509.Certificate) -> *sync.Map: CA -> signed it (signers.go)
+	// certSeries: the {runtime, ca} series of
+	// runtime_certificate_not_after_seconds set by the last scanLeaves.
+	certSeries map[[2]string]bool
 
 	// gatewayHeldSince: when every runtime first held gatewayHeldCA.
 	gatewayHeldCA    string
@@ -275,16 +278,26 @@ func (k *TrustKeeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certi
 		return nil, err
 	}
 	out := map[string]*x509.Certificate{}
+	listed := map[string]bool{}
 	for i := range list.Items {
 		s := &list.Items[i]
 		id, ok := certificates.RuntimeIDOfSecret(s.Name)
 		if !ok {
 			continue
 		}
+		listed[s.Name] = true
 		if c := k.leaf(s); c != nil {
 			out[id] = c
 		}
 	}
+	// Forget the certificates of deleted Secrets (a runtime gone).
+	k.leaves.Range(func(name, v any) bool {
+		if !listed[name.(string)] {
+			k.leaves.Delete(name)
+			k.signers.Delete(v.(parsedLeaf).cert)
+		}
+		return true
+	})
 	return out, nil
 }
 
@@ -453,12 +466,13 @@ func (k *TrustKeeper) scanLeaves(ctx context.Context, p *published) {
 	}
 	now := time.Now()
 	onOld, soon := 0, 0
-	metrics.RuntimeCertNotAfter.Reset()
+	series := make(map[[2]string]bool, len(leaves))
 	for id, l := range leaves {
 		ca := "unknown"
 		if i := k.signedBy(l, p.runtimeCAs); i >= 0 {
 			ca = trust.Fingerprint(p.runtimeCAs[i])
 		}
+		series[[2]string{id, ca}] = true
 		metrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
 		if p.runtimeCurrent != nil && k.signedBy(l, []*x509.Certificate{p.runtimeCurrent}) != 0 {
 			onOld++
@@ -467,6 +481,15 @@ func (k *TrustKeeper) scanLeaves(ctx context.Context, p *published) {
 			soon++
 		}
 	}
+	// Remove the series of runtimes gone and of CAs a runtime moved away
+	// from, rather than resetting the vector before filling it again: a
+	// scrape in between would see no runtime at all.
+	for s := range k.certSeries {
+		if !series[s] {
+			metrics.RuntimeCertNotAfter.DeleteLabelValues(s[0], s[1])
+		}
+	}
+	k.certSeries = series
 	metrics.RuntimesOnOldCA.Set(float64(onOld))
 	metrics.RuntimesExpiringSoon.Set(float64(soon))
 }

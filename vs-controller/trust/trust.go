@@ -177,13 +177,22 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 		}
 	}
 	a.mu.Lock()
+	before := a.cas
 	a.loaded, a.cas, a.current = true, cas, current
 	if len(cas) > 0 {
 		a.pem = out
 	}
 	a.mu.Unlock()
+	held := map[string]bool{}
 	for _, c := range cas {
+		held[Fingerprint(c)] = true
 		metrics.CANotAfter.WithLabelValues(a.Name, Fingerprint(c)).Set(float64(c.NotAfter.Unix()))
+	}
+	// A CA that left the bundle leaves the metric too.
+	for _, c := range before {
+		if !held[Fingerprint(c)] {
+			metrics.CANotAfter.DeleteLabelValues(a.Name, Fingerprint(c))
+		}
 	}
 	if changed && len(cas) > 0 {
 		a.Log.Info("trust bundle changed", "anchor", a.Name, "cas", len(cas))

@@ -1,0 +1,286 @@
+package runtimes
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+)
+
+const keeperNS = "kcp-system"
+
+// keeperClient is a fake KCP holding Secrets, ConfigMaps and (metadata
+// only) Kymas.
+func keeperClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	scheme.AddKnownTypeWithName(v1beta2.KymaGroupVersionKind, &unstructured.Unstructured{})
+	scheme.AddKnownTypeWithName(v1beta2.GroupVersion.WithKind("KymaList"), &unstructured.UnstructuredList{})
+	return fake.NewClientBuilder().WithScheme(scheme).Build()
+}
+
+func mustCA(t *testing.T, name string) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func mustLeaf(t *testing.T, ca *pki.CA, id string, notAfter time.Time) *pki.Leaf {
+	t.Helper()
+	l, err := ca.Issue(pki.LeafOptions{CommonName: id, NotAfter: notAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// putSecret creates or updates Secret name in keeperNS (an update bumps its
+// resourceVersion, as a re-issue does).
+func putSecret(t *testing.T, c client.Client, name string, data map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	s := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: keeperNS, Name: name}, s); err == nil {
+		s.Data = data
+		if err := c.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: keeperNS, Name: name}, Data: data}
+	if err := c.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// series are a gauge vector's series, by the values of labels (in that
+// order) joined with "/".
+func series(t *testing.T, c prometheus.Collector, labels ...string) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			byName := map[string]string{}
+			for _, l := range m.GetLabel() {
+				byName[l.GetName()] = l.GetValue()
+			}
+			var values []string
+			for _, l := range labels {
+				values = append(values, byName[l])
+			}
+			out[strings.Join(values, "/")] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+func equalSeries(got, want map[string]float64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTrustKeeperCertificateMetrics: a runtime CA rotation seen through the
+// trust keeper's metrics (docs/certificates.md, "Metrics"): each runtime
+// certificate's not-after with the CA that signed it, each CA's not-after,
+// the runtimes still on the old CA (counted until re-issued), the runtimes
+// whose certificate expires within 7 days, and no series left of a CA or a
+// runtime that is gone.
+func TestTrustKeeperCertificateMetrics(t *testing.T) {
+	const anchor = "keeper-metrics-test"
+	// Series of an earlier run (-count): a new keeper knows only its own.
+	metrics.RuntimeCertNotAfter.Reset()
+	metrics.CANotAfter.DeletePartialMatch(prometheus.Labels{"anchor": anchor})
+	ctx := context.Background()
+	c := keeperClient(t)
+	ca1, ca2, stranger := mustCA(t, "ca-1"), mustCA(t, "ca-2"), mustCA(t, "stranger")
+	fp1, fp2 := trust.Fingerprint(ca1.Cert), trust.Fingerprint(ca2.Cert)
+	caSecret := types.NamespacedName{Namespace: keeperNS, Name: "runtime-watcher-ca"}
+	putSecret(t, c, caSecret.Name, map[string][]byte{corev1.TLSCertKey: ca1.PEM})
+
+	now := time.Now()
+	later := now.Add(60 * 24 * time.Hour)
+	notSoon := now.Add(ExpiringSoon + time.Hour) // just outside the 7 days
+	soon := now.Add(ExpiringSoon - time.Hour)    // just inside
+	a1 := mustLeaf(t, ca1, "runtime-a", later)
+	b1 := mustLeaf(t, ca1, "runtime-b", soon)
+	c1 := mustLeaf(t, ca1, "runtime-c", notSoon)
+	for id, l := range map[string]*pki.Leaf{"runtime-a": a1, "runtime-b": b1, "runtime-c": c1} {
+		putSecret(t, c, certificates.Name(id), map[string][]byte{corev1.TLSCertKey: l.CertPEM})
+	}
+	// Not a runtime certificate's Secret: not counted.
+	putSecret(t, c, "kubeconfig-runtime-a", map[string][]byte{"config": []byte("x")})
+
+	k := &TrustKeeper{
+		Runtime: &trust.Anchor{Name: anchor, Client: c, Secret: caSecret,
+			Store: types.NamespacedName{Namespace: keeperNS, Name: "keeper-metrics-test-store"}, Log: logr.Discard()},
+		Client: c, Log: logr.Discard(),
+	}
+	k.init(&Reconciler{Client: c, KymaNamespace: keeperNS})
+	unix := func(l *pki.Leaf) float64 { return float64(l.Cert.NotAfter.Unix()) }
+	check := func(step string, wantCerts, wantCAs map[string]float64, onOld, expiring float64) {
+		t.Helper()
+		k.Sync(ctx)
+		if got := series(t, metrics.RuntimeCertNotAfter, "runtime", "ca"); !equalSeries(got, wantCerts) {
+			t.Errorf("%s: runtime_certificate_not_after_seconds %v, want %v", step, got, wantCerts)
+		}
+		gotCAs := map[string]float64{}
+		for k, v := range series(t, metrics.CANotAfter, "anchor", "ca") {
+			if a, ca, _ := strings.Cut(k, "/"); a == anchor {
+				gotCAs[ca] = v
+			}
+		}
+		if !equalSeries(gotCAs, wantCAs) {
+			t.Errorf("%s: ca_not_after_seconds{anchor=%q} %v, want %v", step, anchor, gotCAs, wantCAs)
+		}
+		if got := testutil.ToFloat64(metrics.RuntimesOnOldCA); got != onOld {
+			t.Errorf("%s: runtimes_on_old_ca %v, want %v", step, got, onOld)
+		}
+		if got := testutil.ToFloat64(metrics.RuntimesExpiringSoon); got != expiring {
+			t.Errorf("%s: runtimes_certificate_expiring_soon %v, want %v", step, got, expiring)
+		}
+	}
+	caUnix := func(ca *pki.CA) float64 { return float64(ca.Cert.NotAfter.Unix()) }
+
+	check("steady on CA 1",
+		map[string]float64{"runtime-a/" + fp1: unix(a1), "runtime-b/" + fp1: unix(b1), "runtime-c/" + fp1: unix(c1)},
+		map[string]float64{fp1: caUnix(ca1)}, 0, 1)
+
+	// The CA is renewed with a new key: both CAs are held, every runtime
+	// is on the old one until its certificate is re-issued.
+	putSecret(t, c, caSecret.Name, map[string][]byte{corev1.TLSCertKey: ca2.PEM})
+	check("CA 2 published",
+		map[string]float64{"runtime-a/" + fp1: unix(a1), "runtime-b/" + fp1: unix(b1), "runtime-c/" + fp1: unix(c1)},
+		map[string]float64{fp1: caUnix(ca1), fp2: caUnix(ca2)}, 3, 1)
+
+	a2 := mustLeaf(t, ca2, "runtime-a", later)
+	putSecret(t, c, certificates.Name("runtime-a"), map[string][]byte{corev1.TLSCertKey: a2.CertPEM})
+	check("runtime-a re-issued by CA 2",
+		map[string]float64{"runtime-a/" + fp2: unix(a2), "runtime-b/" + fp1: unix(b1), "runtime-c/" + fp1: unix(c1)},
+		map[string]float64{fp1: caUnix(ca1), fp2: caUnix(ca2)}, 2, 1)
+
+	b2, c2 := mustLeaf(t, ca2, "runtime-b", later), mustLeaf(t, ca2, "runtime-c", later)
+	putSecret(t, c, certificates.Name("runtime-b"), map[string][]byte{corev1.TLSCertKey: b2.CertPEM})
+	putSecret(t, c, certificates.Name("runtime-c"), map[string][]byte{corev1.TLSCertKey: c2.CertPEM})
+	// No certificate is signed by CA 1 any more: it leaves the bundle and
+	// its not-after series goes with it.
+	check("every runtime on CA 2",
+		map[string]float64{"runtime-a/" + fp2: unix(a2), "runtime-b/" + fp2: unix(b2), "runtime-c/" + fp2: unix(c2)},
+		map[string]float64{fp2: caUnix(ca2)}, 0, 0)
+
+	// A certificate of a CA the keeper does not hold: "unknown", and not
+	// on the current CA.
+	s1 := mustLeaf(t, stranger, "runtime-c", soon)
+	putSecret(t, c, certificates.Name("runtime-c"), map[string][]byte{corev1.TLSCertKey: s1.CertPEM})
+	check("runtime-c signed by a CA not held",
+		map[string]float64{"runtime-a/" + fp2: unix(a2), "runtime-b/" + fp2: unix(b2), "runtime-c/unknown": unix(s1)},
+		map[string]float64{fp2: caUnix(ca2)}, 1, 1)
+
+	// A runtime removed (its Certificate's Secret deleted): its series and
+	// its parsed certificate go.
+	if err := c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: keeperNS, Name: certificates.Name("runtime-c")}}); err != nil {
+		t.Fatal(err)
+	}
+	check("runtime-c removed",
+		map[string]float64{"runtime-a/" + fp2: unix(a2), "runtime-b/" + fp2: unix(b2)},
+		map[string]float64{fp2: caUnix(ca2)}, 0, 0)
+	if _, ok := k.leaves.Load(certificates.Name("runtime-c")); ok {
+		t.Error("the removed runtime's certificate is still remembered")
+	}
+}
+
+// TestExpiringSoonIsLoggedAndReported: a runtime certificate that expires
+// within ExpiringSoon gets a log line and a Warning Event
+// CertificateExpiringSoon on its Kyma at every pass; one that does not gets
+// neither.
+func TestExpiringSoonIsLoggedAndReported(t *testing.T) {
+	ca := mustCA(t, "ca")
+	var lines []string
+	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) {
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	rec := record.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: rec}
+	kyma := NewKyma()
+	kyma.SetNamespace(keeperNS)
+	kyma.SetName("kyma-a")
+	events := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-rec.Events:
+				out = append(out, e)
+			default:
+				return out
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		left time.Duration
+		soon bool
+	}{{ExpiringSoon - time.Hour, true}, {time.Hour, true}, {ExpiringSoon + time.Hour, false}, {60 * 24 * time.Hour, false}} {
+		lines = nil
+		leaf := mustLeaf(t, ca, "runtime-a", time.Now().Add(tc.left))
+		if _, ok := r.trustFor(ctx, kyma, "runtime-a", &bundle.TLS{CA: ca.PEM, Cert: leaf.CertPEM}); !ok {
+			t.Fatalf("%s left: no trust without a trust keeper", tc.left)
+		}
+		evs := events()
+		if !tc.soon {
+			if len(evs) != 0 || len(lines) != 0 {
+				t.Errorf("%s left: events %q, log %q; want none", tc.left, evs, lines)
+			}
+			continue
+		}
+		want := "Warning " + ReasonExpiringSoon + " runtime certificate expires at " + leaf.Cert.NotAfter.UTC().Format(time.RFC3339)
+		if len(evs) != 1 || evs[0] != want {
+			t.Errorf("%s left: events %q, want [%q]", tc.left, evs, want)
+		}
+		if len(lines) != 1 || !strings.Contains(lines[0], `"msg"="runtime certificate expires soon"`) ||
+			!strings.Contains(lines[0], `"runtime"="runtime-a"`) || !strings.Contains(lines[0], `"notAfter"=`) {
+			t.Errorf("%s left: log %q, want one line \"runtime certificate expires soon\" with the runtime and notAfter", tc.left, lines)
+		}
+	}
+}
