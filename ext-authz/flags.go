@@ -31,6 +31,7 @@ type options struct {
 	shutdownGrace time.Duration
 	maxStreams    uint
 	maxConns      int
+	maxStreamsAll int
 	zap           zap.Options
 	version       bool // print the version and exit
 
@@ -60,6 +61,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight Checks may take on SIGTERM")
 	fs.UintVar(&o.maxStreams, "max-concurrent-streams", 128, "concurrent Checks per gRPC connection (HTTP/2 streams); each holds at most one 256 KiB message")
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
+	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
 	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
 
@@ -93,8 +95,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if o.caInterval <= 0 || o.caInterval > time.Hour {
 		return nil, fmt.Errorf("--ca-reload-interval %s: want more than 0 and at most 1h", o.caInterval)
 	}
-	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 {
-		return nil, errors.New("--max-concurrent-streams and --max-connections must be between 1 and 4096")
+	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 || o.maxStreamsAll < 1 || o.maxStreamsAll > 4096 {
+		return nil, errors.New("--max-concurrent-streams, --max-connections and --max-total-streams must be between 1 and 4096")
 	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {

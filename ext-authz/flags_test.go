@@ -70,6 +70,9 @@ func TestParseFlags(t *testing.T) {
 		{name: "CA file with a leaf", args: []string{"--ca-file=" + leafFile}, wantErr: "not a CA certificate"},
 		{name: "CA reload interval", args: []string{"--ca-reload-interval=2s"}, check: func(o *options) bool { return o.caInterval == 2*time.Second }},
 		{name: "zero CA reload interval", args: []string{"--ca-reload-interval=0s"}, wantErr: "--ca-reload-interval"},
+		{name: "stream bounds", check: func(o *options) bool { return o.maxStreams == 128 && o.maxConns == 64 && o.maxStreamsAll == 256 }},
+		{name: "max total streams", args: []string{"--max-total-streams=512"}, check: func(o *options) bool { return o.maxStreamsAll == 512 }},
+		{name: "zero total streams", args: []string{"--max-total-streams=0"}, wantErr: "--max-total-streams"},
 		{name: "zero timeout", args: []string{"--api-timeout=0s"}, wantErr: "positive"},
 		{name: "positional argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
 	}

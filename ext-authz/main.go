@@ -48,6 +48,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/memlimit"
@@ -143,7 +144,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
-	grpcServer := grpc.NewServer(serverOptions(o)...)
+	streams, err := streamlimit.New(o.maxStreamsAll, reg)
+	if err != nil {
+		return err
+	}
+	grpcServer := grpc.NewServer(append(serverOptions(o), grpc.InTapHandle(streams.Tap))...)
 	authv3.RegisterAuthorizationServer(grpcServer, authz)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthSrv)
@@ -222,10 +227,12 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 const MaxCheckBytes = 256 << 10
 
 // serverOptions bound what one caller can make ext-authz hold: message size,
-// streams per connection, flow-control windows (fixed, so a connection
-// buffers at most 1 MiB unread), and keepalive (idle and ageing connections
-// closed, pings more often than every 10 s without a stream answered with
-// GOAWAY).
+// streams per connection, flow-control windows (fixed: no BDP growth), and
+// keepalive (idle and ageing connections closed, pings more often than every
+// 10 s without a stream answered with GOAWAY). The windows do not bound
+// memory: grpc-go widens a stream's window to the whole announced message
+// and replenishes the connection's on receipt. The total is bounded by
+// --max-total-streams (package streamlimit, the InTapHandle run adds).
 func serverOptions(o *options) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxCheckBytes),

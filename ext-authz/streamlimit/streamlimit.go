@@ -1,0 +1,92 @@
+// Package streamlimit bounds the gRPC streams ext-authz holds at once, over
+// all connections together, and so the memory a caller can pin with
+// messages it never finishes.
+//
+// Why: grpc-go reads a message's DATA frames into buffers as they arrive,
+// up to the length its 5-byte prefix announces, and widens the stream's
+// flow-control window to the whole message as soon as it has read that
+// prefix (transport.inFlow.maybeAdjust); the connection window is
+// replenished on receipt, not on reading. A stream that sends all but the
+// last byte of a 256 KiB message and stalls therefore pins about 320 KiB
+// (the message plus the 64 KiB initial window) until the stream ends.
+// Per-connection stream limits times connection limits do not bound the
+// total usefully (128 × 64 × 320 KiB = 2.5 GiB).
+//
+// How: Limiter.Tap is the server's grpc.InTapHandle. grpc-go calls it for
+// every new stream after the HEADERS frame and before the stream is
+// registered, so before a single DATA byte of it is buffered; the DATA
+// frames of a stream the tap refused are dropped. Tap takes a slot, or
+// refuses the stream with RESOURCE_EXHAUSTED when all slots are taken (fail
+// closed: Envoy denies the request). The slot is given back by
+// context.AfterFunc on the stream's context, which grpc-go cancels on every
+// way a registered stream ends: its status written (finishStream), a reset
+// or protocol error (closeStream) and the connection closing (Close cancels
+// every active stream). The one path between Tap and registration that does
+// not cancel it, an already expired grpc-timeout, runs only when that
+// context is already done, and then AfterFunc runs at once.
+package streamlimit
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// PinnedBytesPerStream is what one stream can make grpc-go buffer: a
+// message of at most 256 KiB (MaxRecvMsgSize) plus the 64 KiB initial
+// stream window. Memory pinned by streams <= max streams × this.
+const PinnedBytesPerStream = (256 + 64) << 10
+
+// Limiter counts streams in flight; at most Max at once.
+type Limiter struct {
+	max      int64
+	inFlight atomic.Int64
+	rejected prometheus.Counter
+	gauge    prometheus.GaugeFunc
+}
+
+// New returns a Limiter of max streams; its metrics are registered on reg
+// when reg is not nil.
+func New(max int, reg prometheus.Registerer) (*Limiter, error) {
+	l := &Limiter{max: int64(max)}
+	l.rejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "runtime_watcher", Subsystem: "ext_authz", Name: "streams_rejected_total",
+		Help: "gRPC streams refused with RESOURCE_EXHAUSTED because --max-total-streams were in flight.",
+	})
+	l.gauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "runtime_watcher", Subsystem: "ext_authz", Name: "streams_in_flight",
+		Help: "gRPC streams in flight over all connections (at most --max-total-streams).",
+	}, func() float64 { return float64(l.inFlight.Load()) })
+	if reg != nil {
+		for _, c := range []prometheus.Collector{l.rejected, l.gauge} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+// InFlight is the number of streams holding a slot.
+func (l *Limiter) InFlight() int64 { return l.inFlight.Load() }
+
+// Tap is a grpc.InTapHandle (grpc.InTapHandle(l.Tap)). grpc-go calls it
+// with the transport's lock held: it never blocks.
+func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	for {
+		n := l.inFlight.Load()
+		if n >= l.max {
+			l.rejected.Inc()
+			return ctx, status.Errorf(codes.ResourceExhausted, "ext-authz: %d gRPC streams in flight, the most it takes at once", l.max)
+		}
+		if l.inFlight.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	context.AfterFunc(ctx, func() { l.inFlight.Add(-1) })
+	return ctx, nil
+}

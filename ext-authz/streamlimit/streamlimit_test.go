@@ -1,0 +1,148 @@
+package streamlimit_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
+)
+
+// serve runs a gRPC server with the limiter's tap and the health service
+// (Check answers at once, Watch stays open, so a Watch holds its slot).
+func serve(t *testing.T, max int) (*streamlimit.Limiter, *prometheus.Registry, string) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	l, err := streamlimit.New(max, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.InTapHandle(l.Tap))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return l, reg, lis.Addr().String()
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func waitInFlight(t *testing.T, l *streamlimit.Limiter, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.InFlight() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("streams in flight: %d, want %d", l.InFlight(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func watch(t *testing.T, ctx context.Context, c *grpc.ClientConn) {
+	t.Helper()
+	w, err := healthpb.NewHealthClient(c).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil { // the first status: the server holds the stream
+		t.Fatal(err)
+	}
+}
+
+func check(ctx context.Context, c *grpc.ClientConn) codes.Code {
+	_, err := healthpb.NewHealthClient(c).Check(ctx, &healthpb.HealthCheckRequest{})
+	return status.Code(err)
+}
+
+// TestBoundAndRelease: streams over the bound are refused with
+// RESOURCE_EXHAUSTED; a slot comes back when its stream ends by a normal
+// status, a cancel (RST_STREAM) or the connection closing.
+func TestBoundAndRelease(t *testing.T) {
+	ctx := t.Context()
+	l, reg, addr := serve(t, 2)
+	a, b := dial(t, addr), dial(t, addr)
+
+	if got := check(ctx, a); got != codes.OK {
+		t.Fatalf("Check: %v", got)
+	}
+	waitInFlight(t, l, 0) // a finished unary call
+
+	wctx, cancelWatch := context.WithCancel(ctx)
+	watch(t, wctx, a)
+	watch(t, ctx, b)
+	waitInFlight(t, l, 2)
+	if got := check(ctx, a); got != codes.ResourceExhausted {
+		t.Fatalf("Check over the bound: %v, want ResourceExhausted", got)
+	}
+	if got := rejected(t, reg); got != 1 {
+		t.Fatalf("streams_rejected_total %v, want 1", got)
+	}
+
+	cancelWatch() // RST_STREAM
+	waitInFlight(t, l, 1)
+	if got := check(ctx, a); got != codes.OK {
+		t.Fatalf("Check after a slot was released: %v", got)
+	}
+	waitInFlight(t, l, 1)
+
+	_ = b.Close() // the connection goes away with its Watch open
+	waitInFlight(t, l, 0)
+}
+
+// TestStalledStreamReleasedWithConnection: a stream that sent its headers
+// and never a message (the handler waits in its receive) holds a slot until
+// its connection closes; so does an unknown method's until it is answered.
+func TestStalledStreamReleasedWithConnection(t *testing.T) {
+	ctx := t.Context()
+	l, _, addr := serve(t, 4)
+	c := dial(t, addr)
+	desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+	for range 3 {
+		if _, err := c.NewStream(ctx, desc, "/grpc.health.v1.Health/Check"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitInFlight(t, l, 3)
+	if err := c.Invoke(ctx, "/no.Such/Method", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unknown method: %v", err)
+	}
+	waitInFlight(t, l, 3)
+	_ = c.Close()
+	waitInFlight(t, l, 0)
+}
+
+// rejected reads runtime_watcher_ext_authz_streams_rejected_total.
+func rejected(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "runtime_watcher_ext_authz_streams_rejected_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no runtime_watcher_ext_authz_streams_rejected_total")
+	return 0
+}
