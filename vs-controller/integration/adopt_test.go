@@ -2,16 +2,21 @@ package integration_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
@@ -65,11 +70,71 @@ func lmLeft(ctx context.Context) func() ([]bundle.Ref, error) {
 	return func() ([]bundle.Ref, error) { return bundle.FindLifecycleManager(ctx, skr.Client, bundle.Options{}) }
 }
 
+// takeOver returns the Kyma's condition runtimes.ConditionTakeOver ("" reason
+// when absent), the Kyma's resourceVersion and all its condition types.
+func takeOver(ctx context.Context, name string) (metav1.Condition, string, []string) {
+	k := newKyma(name, "", "")
+	ExpectWithOffset(1, kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)).To(Succeed())
+	raw, _, err := unstructured.NestedSlice(k.Object, "status", "conditions")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	var out metav1.Condition
+	var types []string
+	for _, v := range raw {
+		var c metav1.Condition
+		ExpectWithOffset(1, runtime.DefaultUnstructuredConverter.FromUnstructured(v.(map[string]any), &c)).To(Succeed())
+		types = append(types, c.Type)
+		if c.Type == runtimes.ConditionTakeOver {
+			out = c
+		}
+	}
+	return out, k.GetResourceVersion(), types
+}
+
+func takeOverReason(ctx context.Context, name string) func() string {
+	return func() string { c, _, _ := takeOver(ctx, name); return c.Reason }
+}
+
+// onLMCertificate lists the series of the per-runtime gauge, as
+// "<runtime>/<kyma>=<value>".
+func onLMCertificate() []string {
+	reg := prometheus.NewPedanticRegistry()
+	ExpectWithOffset(1, reg.Register(metrics.RuntimeOnLMCertificate)).To(Succeed())
+	mfs, err := reg.Gather()
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	out := []string{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out = append(out, fmt.Sprintf("%s/%s=%g", l["runtime"], l["kyma"], m.GetGauge().GetValue()))
+		}
+	}
+	return out
+}
+
+// setKymaLabel sets (or with "" removes) a label of the Kyma.
+func setKymaLabel(ctx context.Context, name, key, value string) {
+	k := newKyma(name, "", "")
+	ExpectWithOffset(1, kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)).To(Succeed())
+	labels := k.GetLabels()
+	if value == "" {
+		delete(labels, key)
+	} else {
+		labels[key] = value
+	}
+	k.SetLabels(labels)
+	ExpectWithOffset(1, kcp.Client.Update(ctx, k)).To(Succeed())
+}
+
 var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, func() {
 	const (
 		kymaName  = "kyma-lm"
 		runtimeID = "runtime-lm"
 		domain    = "runtime-lm.skr.example.com"
+		// lmCondition: a condition type LM sets on Kymas.
+		lmCondition = "ModuleReady"
 	)
 	var watcherNS string
 
@@ -83,6 +148,17 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(kcp.Client.Create(ctx, newWatcher(watcherNS, "klm-watcher", "lifecycle-manager", map[string]string{"x": "y"}))).To(Succeed())
 		Expect(kcp.Client.Create(ctx, kubeconfigSecret(runtimeID, kubeconfigOf(skr)))).To(Succeed())
 		Expect(kcp.Client.Create(ctx, newKyma(kymaName, runtimeID, domain))).To(Succeed())
+		// A condition of LM's, which vs-controller's must leave alone.
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			k := newKyma(kymaName, "", "")
+			if err := kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k); err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
+			conds = append(conds, map[string]any{"type": lmCondition, "status": "True", "reason": "Ready", "message": "LM's", "lastTransitionTime": "2026-01-02T03:04:05Z"})
+			Expect(unstructured.SetNestedSlice(k.Object, conds, "status", "conditions")).To(Succeed())
+			return kcp.Client.Status().Update(ctx, k)
+		})).To(Succeed())
 	})
 
 	AfterAll(func(ctx SpecContext) {
@@ -98,17 +174,30 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(kymaMessages(ctx, kymaName, runtimes.ReasonLMActive)).To(ContainElement(ContainSubstring("CN=klm-watcher-selfsigned-ca")),
 			"the Event names the issuer of LM's certificate in the SKR")
 		Expect(testutil.ToFloat64(metrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(1))
+		Expect(onLMCertificate()).To(Equal([]string{runtimeID + "/" + kymaName + "=1"}), "the per-runtime gauge names it")
+		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(runtimes.CondReasonWaitingForLM))
+		cond, _, _ := takeOver(ctx, kymaName)
+		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		Expect(cond.Message).To(ContainSubstring("CN=klm-watcher-selfsigned-ca"))
+		Expect(cond.Message).To(ContainSubstring(runtimes.SkipReconciliationLabel + "=true"))
+
+		By("writing nothing on a second pass")
+		_, rv, _ := takeOver(ctx, kymaName)
+		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
+		passes := testutil.ToFloat64(metrics.Adoptions.WithLabelValues("lm-active"))
+		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "false") // a pass, still waiting
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Adoptions.WithLabelValues("lm-active")) }).Should(BeNumerically(">", passes))
+		_, rv2, types := takeOver(ctx, kymaName)
+		Expect(testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
+		Expect(rv2).NotTo(Equal(rv), "the label's update")
+		Expect(types).To(ConsistOf(lmCondition, runtimes.ConditionTakeOver))
+
 		err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.TakeoverName}, &appsv1.Deployment{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no take-over Deployment before LM is stopped")
 	})
 
 	It("brings up its webhook beside LM's once the Kyma says LM is stopped, and waits for it", func(ctx SpecContext) {
-		k := newKyma(kymaName, "", "")
-		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)).To(Succeed())
-		labels := k.GetLabels()
-		labels[runtimes.SkipReconciliationLabel] = "true"
-		k.SetLabels(labels)
-		Expect(kcp.Client.Update(ctx, k)).To(Succeed())
+		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "true")
 
 		dep := &appsv1.Deployment{}
 		Eventually(skrGet(ctx, dep, bundle.DefaultNamespace, bundle.TakeoverName)).Should(Succeed())
@@ -120,6 +209,10 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(sec.Type).To(Equal(corev1.SecretTypeTLS))
 		Expect(sec.Data[bundle.KeyCA]).To(Equal(ca.PEM))
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonAdoptionWaits))
+		cond, _, _ := takeOver(ctx, kymaName)
+		Expect(cond.Reason).To(Equal(runtimes.CondReasonAdopting))
+		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		Expect(onLMCertificate()).To(Equal([]string{runtimeID + "/" + kymaName + "=1"}), "still on LM's certificate")
 
 		// Admission still goes to LM's webhook: nothing switched before ours is ready.
 		Expect(lmLeft(ctx)()).To(HaveLen(10))
@@ -134,6 +227,10 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Eventually(lmLeft(ctx)).Should(BeEmpty())
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonAdopted))
 		Expect(testutil.ToFloat64(metrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(0))
+		Expect(onLMCertificate()).To(BeEmpty(), "the runtime's series is deleted")
+		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(runtimes.CondReasonTakenOver))
+		cond, _, _ := takeOver(ctx, kymaName)
+		Expect(cond.Status).To(Equal(metav1.ConditionTrue))
 
 		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 		Expect(skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc)).To(Succeed())
@@ -182,5 +279,19 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		}).Should(BeTrue())
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonAdoptionDone))
 		Expect(lmLeft(ctx)()).To(BeEmpty())
+
+		By("keeping the condition, LM's condition, and writing nothing on a second pass")
+		cond, rv, types := takeOver(ctx, kymaName)
+		Expect(cond.Reason).To(Equal(runtimes.CondReasonTakenOver))
+		Expect(types).To(ConsistOf(lmCondition, runtimes.ConditionTakeOver))
+		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
+		passes := testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged"))
+		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "") // a pass
+		_, rv, _ = takeOver(ctx, kymaName)
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged")) }).Should(BeNumerically(">", passes))
+		cond2, rv2, _ := takeOver(ctx, kymaName)
+		Expect(rv2).To(Equal(rv), "no write to the Kyma")
+		Expect(cond2).To(Equal(cond))
+		Expect(testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
 	})
 })

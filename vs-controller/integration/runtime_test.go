@@ -158,6 +158,8 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Expect(np.Labels).NotTo(HaveKey(bundle.LMManagedByLabel))
 
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+		_, _, conditions := takeOver(ctx, kymaName)
+		Expect(conditions).NotTo(ContainElement(runtimes.ConditionTakeOver), "only the Kymas of runtimes LM set up get the take-over condition")
 		Expect(usableWebhookNames(ctx)).To(ContainElements(
 			watcherNS+".lifecycle-manager.operator.kyma-project.io",
 			watcherNS+".status-watcher.operator.kyma-project.io"))

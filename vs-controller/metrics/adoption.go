@@ -28,8 +28,17 @@ var (
 		Name: "runtimes_on_lm_certificate",
 		Help: "Runtimes whose SKR still holds Lifecycle Manager's skr-webhook-tls Secret (an LM-issued client certificate), as last seen.",
 	})
+	// RuntimeOnLMCertificate names them: 1 for each runtime counted by
+	// RuntimesOnLMCertificate, labelled with its runtime ID and Kyma name;
+	// the series is deleted when the runtime is taken over (or its Kyma
+	// goes), so only runtimes still on LM's certificate have one.
+	RuntimeOnLMCertificate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "runtime_on_lm_certificate",
+		Help: "1 for each runtime whose SKR still holds Lifecycle Manager's skr-webhook-tls Secret (an LM-issued client certificate), as last seen; no series once taken over.",
+	}, []string{"runtime", "kyma"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Adoptions, RuntimesOnLMCertificate)
+	ctrlmetrics.Registry.MustRegister(Adoptions, RuntimesOnLMCertificate, RuntimeOnLMCertificate)
 }

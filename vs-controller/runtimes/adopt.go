@@ -44,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -151,7 +152,7 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 			if err != nil {
 				return false, ctrl.Result{}, fmt.Errorf("read Lifecycle Manager's Secret %s: %w", ref.Key, err)
 			}
-			r.lmCerts.set(runtimeKey, issuer)
+			r.lmCerts.set(runtimeKey, lmCertificate{runtimeID: RuntimeID(kyma), kyma: kyma.GetName(), issuer: issuer})
 			onLM = fmt.Sprintf("; its webhook still uses LM's certificate, issued by %q", issuer)
 		}
 	}
@@ -159,6 +160,13 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 		r.lmCerts.forget(runtimeKey)
 	}
 	if !r.Adoption.WithoutSkipReconciliation && kyma.GetLabels()[SkipReconciliationLabel] != "true" {
+		// The message must not change from pass to pass (no object
+		// counts): the condition is written only when it changes.
+		if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, fmt.Sprintf(
+			"Lifecycle Manager's skr-webhook is in the runtime%s, and LM is not stopped for it: label this Kyma %s=true to start the take-over",
+			onLM, SkipReconciliationLabel))); err != nil {
+			return false, ctrl.Result{}, err
+		}
 		r.event(kyma, corev1.EventTypeWarning, ReasonLMActive, fmt.Sprintf(
 			"Lifecycle Manager's skr-webhook is in the runtime (%d object(s))%s, and LM is not stopped for it: label this Kyma %s=true; the take-over waits",
 			len(lm), onLM, SkipReconciliationLabel))
@@ -175,6 +183,11 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 	fail := func(err error) (bool, ctrl.Result, error) {
 		metrics.Adoptions.WithLabelValues("failed").Inc()
 		return false, ctrl.Result{}, fmt.Errorf("take over from Lifecycle Manager: %w", err)
+	}
+
+	if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takeOverCondition(metav1.ConditionFalse, CondReasonAdopting,
+		"Lifecycle Manager is stopped for the runtime: runtime-watcher's skr-webhook is brought up beside LM's, admission switches to it once it is ready; until then the runtime's webhook posts with LM's certificate")); err != nil {
+		return fail(err)
 	}
 
 	// 2. Our webhook beside LM's.
@@ -263,8 +276,16 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 	metrics.Adoptions.WithLabelValues("switched").Inc()
 	r.lmCerts.forget(runtimeKey)
 	r.memo.ForgetPrefix(runtimeKey + "|")
+	if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takenOver); err != nil {
+		// finishAdoption sets it again while the take-over objects remain.
+		log.FromContext(ctx).Error(err, "take over from Lifecycle Manager")
+	}
 	return true, ctrl.Result{}, nil
 }
+
+// takenOver is the condition of a runtime whose admission is switched.
+var takenOver = takeOverCondition(metav1.ConditionTrue, CondReasonTakenOver,
+	"admission is switched to runtime-watcher's skr-webhook and Lifecycle Manager's objects are removed from the runtime: its webhook posts with runtime-watcher's certificate")
 
 // finishAdoption runs after a successful bundle pass: once our skr-webhook
 // Deployment is ready it removes the take-over objects, then remembers the
@@ -289,6 +310,11 @@ func (r *Reconciler) finishAdoption(ctx context.Context, kyma client.Object, run
 	if !present {
 		r.adopted.Store(runtimeKey, true)
 		return ctrl.Result{}, nil
+	}
+	// A take-over is under way (or was interrupted after the switch):
+	// free when the condition is known to be set.
+	if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takenOver); err != nil {
+		return ctrl.Result{}, err
 	}
 	ok, err := r.ready()(ctx, skr, client.ObjectKey{Namespace: refs[0].Key.Namespace, Name: bundle.Name}, t)
 	if err != nil {
@@ -483,29 +509,42 @@ func deleteRefs(ctx context.Context, skr client.Client, refs []bundle.Ref, match
 }
 
 // lmCertificates tracks the runtimes still on LM's certificate
-// (metrics.RuntimesOnLMCertificate). Safe for concurrent use.
+// (metrics.RuntimesOnLMCertificate, and metrics.RuntimeOnLMCertificate per
+// runtime). Safe for concurrent use.
 type lmCertificates struct {
 	mu sync.Mutex
-	m  map[string]string // runtime key -> issuer of the certificate
+	m  map[string]lmCertificate // runtime key -> what is known of it
 }
 
-func (c *lmCertificates) set(runtimeKey, issuer string) {
+// lmCertificate is a runtime on LM's certificate: its metric labels and
+// the issuer of the certificate.
+type lmCertificate struct {
+	runtimeID, kyma, issuer string
+}
+
+func (c *lmCertificates) set(runtimeKey string, v lmCertificate) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]string{}
+		c.m = map[string]lmCertificate{}
 	}
-	c.m[runtimeKey] = issuer
+	if old, ok := c.m[runtimeKey]; ok && (old.runtimeID != v.runtimeID || old.kyma != v.kyma) {
+		metrics.RuntimeOnLMCertificate.DeleteLabelValues(old.runtimeID, old.kyma)
+	}
+	c.m[runtimeKey] = v
+	metrics.RuntimeOnLMCertificate.WithLabelValues(v.runtimeID, v.kyma).Set(1)
 	metrics.RuntimesOnLMCertificate.Set(float64(len(c.m)))
 }
 
 func (c *lmCertificates) forget(runtimeKey string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[runtimeKey]; !ok {
+	old, ok := c.m[runtimeKey]
+	if !ok {
 		return
 	}
 	delete(c.m, runtimeKey)
+	metrics.RuntimeOnLMCertificate.DeleteLabelValues(old.runtimeID, old.kyma)
 	metrics.RuntimesOnLMCertificate.Set(float64(len(c.m)))
 }
 

@@ -6,7 +6,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 )
 
 func TestURLReady(t *testing.T) {
@@ -79,15 +83,36 @@ func TestDeploymentReady(t *testing.T) {
 
 func TestLMCertificatesGauge(t *testing.T) {
 	var c lmCertificates
-	c.set("kcp-system/a", "CN=klm")
-	c.set("kcp-system/b", "CN=klm")
-	c.set("kcp-system/a", "CN=klm")
-	if n := len(c.m); n != 2 {
-		t.Errorf("%d runtimes on LM's certificate, want 2", n)
+	a := lmCertificate{runtimeID: "runtime-a", kyma: "a", issuer: "CN=klm"}
+	c.set("kcp-system/a", a)
+	c.set("kcp-system/b", lmCertificate{runtimeID: "runtime-b", kyma: "b", issuer: "CN=klm"})
+	c.set("kcp-system/a", a)
+	if n := testutil.ToFloat64(metrics.RuntimesOnLMCertificate); n != 2 {
+		t.Errorf("%v runtimes on LM's certificate, want 2", n)
 	}
+	if n := testutil.CollectAndCount(metrics.RuntimeOnLMCertificate); n != 2 {
+		t.Errorf("%d series of the per-runtime gauge, want 2", n)
+	}
+	if v := testutil.ToFloat64(metrics.RuntimeOnLMCertificate.WithLabelValues("runtime-a", "a")); v != 1 {
+		t.Errorf("runtime-a: %v, want 1", v)
+	}
+	// A changed runtime ID replaces the series.
+	c.set("kcp-system/b", lmCertificate{runtimeID: "runtime-b2", kyma: "b", issuer: "CN=klm"})
 	c.forget("kcp-system/a")
 	c.forget("kcp-system/unknown")
-	if n := len(c.m); n != 1 {
-		t.Errorf("%d runtimes on LM's certificate, want 1", n)
+	if n := testutil.ToFloat64(metrics.RuntimesOnLMCertificate); n != 1 {
+		t.Errorf("%v runtimes on LM's certificate, want 1", n)
+	}
+	want := `
+# HELP runtime_watcher_vs_controller_runtime_on_lm_certificate 1 for each runtime whose SKR still holds Lifecycle Manager's skr-webhook-tls Secret (an LM-issued client certificate), as last seen; no series once taken over.
+# TYPE runtime_watcher_vs_controller_runtime_on_lm_certificate gauge
+runtime_watcher_vs_controller_runtime_on_lm_certificate{kyma="b",runtime="runtime-b2"} 1
+`
+	if err := testutil.CollectAndCompare(metrics.RuntimeOnLMCertificate, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	c.forget("kcp-system/b")
+	if n := testutil.CollectAndCount(metrics.RuntimeOnLMCertificate); n != 0 {
+		t.Errorf("%d series of the per-runtime gauge after the take-over, want 0", n)
 	}
 }

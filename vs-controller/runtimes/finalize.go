@@ -99,5 +99,6 @@ func (r *Reconciler) forget(runtimeKey string) {
 	r.renewalSlots.Delete(runtimeKey)
 	r.adopted.Delete(runtimeKey)
 	r.lmCerts.forget(runtimeKey)
+	r.conditions.Delete(runtimeKey)
 	r.unlabelled.Delete(runtimeKey)
 }

@@ -126,6 +126,9 @@ type Reconciler struct {
 	pushed     sync.Map // runtime key -> pushedRuntime
 	adopted    sync.Map // runtime key -> true: no LM or take-over objects seen
 	lmCerts    lmCertificates
+	// conditions: runtime key -> the take-over condition last found or
+	// written on its Kyma (condition.go).
+	conditions sync.Map
 	webhooks   bundle.WebhookConfigurations
 
 	// renewalSlots: runtime key -> when its reserved renewal is due.
@@ -135,6 +138,7 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas/finalizers,verbs=update
+// +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas/status,verbs=patch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cert-manager.io,namespace=kcp-system,resources=certificates,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=cert-manager.io,namespace=kcp-system,resources=certificates/status,verbs=patch

@@ -41,6 +41,10 @@ func definedMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	fset := token.NewFileSet()
+	// Parse every file first: a package's string constants (e.g. Namespace
+	// and Subsystem in one file, Opts{Namespace: Namespace, Subsystem:
+	// Subsystem, Name: "..."} in another) resolve across its files.
+	files := map[string][]*ast.File{} // directory -> files
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -59,72 +63,83 @@ func definedMetrics(t *testing.T) map[string]bool {
 		if err != nil {
 			return err
 		}
-		// String constants of the file, so that Opts{Namespace: Namespace,
-		// Subsystem: Subsystem, Name: "..."} resolve too.
-		consts := map[string]string{}
-		for _, decl := range f.Decls {
-			gd, ok := decl.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
-			}
-			for _, spec := range gd.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, name := range vs.Names {
-					if i < len(vs.Values) {
-						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-							consts[name.Name], _ = strconv.Unquote(lit.Value)
-						}
-					}
-				}
-			}
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.BasicLit:
-				if s, err := strconv.Unquote(n.Value); err == nil && n.Kind == token.STRING && metricName.MatchString(s) {
-					add(s)
-				}
-			case *ast.CompositeLit:
-				parts := map[string]string{}
-				for _, e := range n.Elts {
-					kv, ok := e.(*ast.KeyValueExpr)
-					if !ok {
-						continue
-					}
-					k, ok := kv.Key.(*ast.Ident)
-					if !ok {
-						continue
-					}
-					switch v := kv.Value.(type) {
-					case *ast.BasicLit:
-						if v.Kind == token.STRING {
-							parts[k.Name], _ = strconv.Unquote(v.Value)
-						}
-					case *ast.Ident:
-						if c, ok := consts[v.Name]; ok {
-							parts[k.Name] = c
-						}
-					}
-				}
-				if parts["Namespace"] != "" && parts["Name"] != "" {
-					full := parts["Namespace"]
-					if parts["Subsystem"] != "" {
-						full += "_" + parts["Subsystem"]
-					}
-					add(full + "_" + parts["Name"])
-				}
-			}
-			return true
-		})
+		files[filepath.Dir(path)] = append(files[filepath.Dir(path)], f)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, pkg := range files {
+		consts := map[string]string{}
+		for _, f := range pkg {
+			for _, decl := range f.Decls {
+				gd, ok := decl.(*ast.GenDecl)
+				if !ok || gd.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if i < len(vs.Values) {
+							if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+								consts[name.Name], _ = strconv.Unquote(lit.Value)
+							}
+						}
+					}
+				}
+			}
+		}
+		for _, f := range pkg {
+			inspect(f, consts, add)
+		}
+	}
 	if len(names) < 40 {
 		t.Fatalf("found only %d metric names: the scan is not looking at the code", len(names))
 	}
 	return names
+}
+
+// inspect adds the metric names f defines: string literals that are whole
+// metric names, and Opts literals composed of string literals and consts.
+func inspect(f *ast.File, consts map[string]string, add func(string)) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.BasicLit:
+			if s, err := strconv.Unquote(n.Value); err == nil && n.Kind == token.STRING && metricName.MatchString(s) {
+				add(s)
+			}
+		case *ast.CompositeLit:
+			parts := map[string]string{}
+			for _, e := range n.Elts {
+				kv, ok := e.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				k, ok := kv.Key.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				switch v := kv.Value.(type) {
+				case *ast.BasicLit:
+					if v.Kind == token.STRING {
+						parts[k.Name], _ = strconv.Unquote(v.Value)
+					}
+				case *ast.Ident:
+					if c, ok := consts[v.Name]; ok {
+						parts[k.Name] = c
+					}
+				}
+			}
+			if parts["Namespace"] != "" && parts["Name"] != "" {
+				full := parts["Namespace"]
+				if parts["Subsystem"] != "" {
+					full += "_" + parts["Subsystem"]
+				}
+				add(full + "_" + parts["Name"])
+			}
+		}
+		return true
+	})
 }
 
 // usedMetrics returns the metric names an expression selects.

@@ -1,0 +1,91 @@
+package runtimes
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// kymaConditions reads the Kyma's status.conditions.
+func kymaConditions(t *testing.T, c client.Client, key client.ObjectKey) []metav1.Condition {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kymaGVK)
+	if err := c.Get(context.Background(), key, u); err != nil {
+		t.Fatal(err)
+	}
+	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out []metav1.Condition
+	for _, v := range raw {
+		var c metav1.Condition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(v.(map[string]any), &c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func TestSetTakeOverCondition(t *testing.T) {
+	kyma := &unstructured.Unstructured{}
+	kyma.SetGroupVersionKind(kymaGVK)
+	kyma.SetNamespace("kcp-system")
+	kyma.SetName("kyma-a")
+	lmCond := map[string]any{"type": "Ready", "status": "True", "reason": "Ready", "message": "LM's", "lastTransitionTime": "2026-01-02T03:04:05Z", "observedGeneration": int64(3)}
+	if err := unstructured.SetNestedField(kyma.Object, map[string]any{"state": "Ready", "conditions": []any{lmCond}}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	patches := 0
+	c := fake.NewClientBuilder().WithObjects(kyma).WithStatusSubresource(kyma).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			patches++
+			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+		}}).Build()
+	key := client.ObjectKeyFromObject(kyma)
+	ctx := context.Background()
+
+	step := func(r *Reconciler, cond metav1.Condition, wantPatches int) metav1.Condition {
+		t.Helper()
+		if err := r.setTakeOverCondition(ctx, kyma, key.String(), cond); err != nil {
+			t.Fatal(err)
+		}
+		if patches != wantPatches {
+			t.Errorf("%s: %d status patches, want %d", cond.Reason, patches, wantPatches)
+		}
+		conds := kymaConditions(t, c, key)
+		if lm := meta.FindStatusCondition(conds, "Ready"); lm == nil || lm.Message != "LM's" || lm.ObservedGeneration != 3 {
+			t.Errorf("%s: LM's condition not kept: %+v", cond.Reason, conds)
+		}
+		got := meta.FindStatusCondition(conds, ConditionTakeOver)
+		if got == nil || got.Status != cond.Status || got.Reason != cond.Reason || got.Message != cond.Message {
+			t.Fatalf("%s: condition %+v", cond.Reason, got)
+		}
+		return *got
+	}
+
+	r := &Reconciler{Client: c}
+	waiting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1)
+	step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1) // remembered: no read, no write
+	time.Sleep(1100 * time.Millisecond)                                               // lastTransitionTime has seconds
+	adopting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonAdopting, "a"), 2)
+	if !adopting.LastTransitionTime.Equal(&waiting.LastTransitionTime) {
+		t.Errorf("same status False: lastTransitionTime changed from %v to %v", waiting.LastTransitionTime, adopting.LastTransitionTime)
+	}
+	taken := step(r, takenOver, 3)
+	if taken.LastTransitionTime.Equal(&adopting.LastTransitionTime) {
+		t.Error("False to True: lastTransitionTime not changed")
+	}
+	// A restarted controller (nothing remembered) reads and finds it set.
+	step(&Reconciler{Client: c}, takenOver, 3)
+	if n := len(kymaConditions(t, c, key)); n != 2 {
+		t.Errorf("%d conditions, want LM's and ours", n)
+	}
+}
