@@ -559,7 +559,8 @@ func render(o options, t *table, started time.Time, load0, load1 string) string 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# make bench-compare — %s\n\n", started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "Machine: %s, %d CPUs (%s), %s; load average %s at start, %s at end. ", cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.Version(), load0, load1)
-	fmt.Fprintf(&b, "Medians of %d repetitions; %d requests per server, concurrency and repetition, interleaved in chunks of %d; %d runtimes.\n\n", o.n, o.requests, o.chunk, o.runtimes)
+	fmt.Fprintf(&b, "Medians of %d repetitions; %d requests per server, concurrency and repetition, interleaved in chunks of %d; %d runtimes. ", o.n, o.requests, o.chunk, o.runtimes)
+	b.WriteString("RPS, p50 and p99 are the medians over the repetitions; the two ratio columns (and the goals) are the median of each repetition's own ratio: the servers of one repetition run interleaved, under the same machine state, so the paired ratio is the comparison (it can differ from the ratio of the medians shown).\n\n")
 	b.WriteString("| comparison | conc. | server | RPS | p50 µs | p99 µs | RPS / ceiling | p99 / ceiling | goal | met |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range t.rows {
