@@ -16,7 +16,7 @@ import (
 )
 
 var _ = Describe("ext-authz under callers that send tiny DATA frames", Label("bounds"), func() {
-	It("closes 8 connections whose 16 streams send 255 KiB messages as 1-byte DATA frames, stays under 256 MiB and allows a valid Check after", func(ctx SpecContext) {
+	It("closes 12 connections whose 24 streams send 255 KiB messages as 1-byte DATA frames, stays under 256 MiB and allows a valid Check after", func(ctx SpecContext) {
 		createKyma(kymaNamespace, "runtime-tiny", "skr-tiny.example.com", nil)
 		good := extauthz.CheckRequest("lifecycle-manager", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-tiny", "skr-tiny.example.com"))})
 		GinkgoT().Setenv("MEMORY_LIMIT", fmt.Sprint(extAuthzMemoryLimit))
@@ -24,9 +24,9 @@ var _ = Describe("ext-authz under callers that send tiny DATA frames", Label("bo
 		p := startExtAuthz("--kyma-namespace="+kymaNamespace, "--check-timeout=5m")
 		Eventually(p.Ready).WithTimeout(startTimeout).Should(BeTrue())
 
-		// Unbounded, grpc-go keeps ~100 bytes per 1-byte frame: 16 x 255 KiB
-		// of them is ~400 MiB.
-		const conns, perConn, msgLen = 8, 2, 255 << 10
+		// Unbounded, grpc-go keeps ~60 bytes per 1-byte frame: 24 x 255 KiB
+		// of them is ~370 MiB (24 x 255 KiB x ~60 B).
+		const conns, perConn, msgLen = 12, 2, 255 << 10
 		attackers := make([]*stallConn, conns)
 		for i := range attackers {
 			var err error
