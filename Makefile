@@ -66,7 +66,7 @@ bench-compare: envtest-assets ## ext-authz vs always-allow vs OPA, listener vs n
 	$(BIN)/benchcompare -n $(BENCH_COMPARE_N) -out $(BIN)/bench-compare.md
 
 FUZZTIME ?= 10m
-# fuzz-short (part of `make test`, so CI runs it): 6 targets x 100,000 inputs,
+# fuzz-short (part of `make test`, so CI runs it): 7 targets x 100,000 inputs,
 # about 3 minutes on 2 cores. A count, not a duration: with a wall-clock
 # -fuzztime, Go 1.26's fuzz coordinator can fail a target with a bare
 # "context deadline exceeded" and no failing input when the deadline races
@@ -79,7 +79,7 @@ FUZZTIME_SHORT ?= 100000x
 # package:target of every fuzz target.
 FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./identity/:FuzzIsDNS1123Subdomain \
 	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual \
-	./listener/:FuzzDecodeWatchEvent
+	./listener/:FuzzDecodeWatchEvent ./ext-authz/framelimit/:FuzzParser
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.

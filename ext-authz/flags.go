@@ -32,6 +32,7 @@ type options struct {
 	maxStreams    uint
 	maxConns      int
 	maxStreamsAll int
+	checkTimeout  time.Duration
 	zap           zap.Options
 	version       bool // print the version and exit
 
@@ -62,6 +63,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.UintVar(&o.maxStreams, "max-concurrent-streams", 128, "concurrent Checks per gRPC connection (HTTP/2 streams); each holds at most one 256 KiB message")
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "longest a gRPC stream (but a health Watch) may take from its headers to its end; a Check whose client stalls or dribbles its message ends with DEADLINE_EXCEEDED (Envoy waits 200ms by default)")
 	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
 
@@ -91,6 +93,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if o.apiTimeout <= 0 || o.shutdownGrace <= 0 {
 		return nil, errors.New("--api-timeout and --shutdown-grace must be positive")
+	}
+	if o.checkTimeout < 10*time.Millisecond || o.checkTimeout > 5*time.Minute {
+		return nil, fmt.Errorf("--check-timeout %s: want 10ms to 5m", o.checkTimeout)
 	}
 	if o.caInterval <= 0 || o.caInterval > time.Hour {
 		return nil, fmt.Errorf("--ca-reload-interval %s: want more than 0 and at most 1h", o.caInterval)

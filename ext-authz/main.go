@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
@@ -142,13 +143,17 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		}
 		log.Info("CA file loaded", "file", o.caFile, "cas", o.caBundle.Summary(), "expired", o.caBundle.Expired)
 	}
+	frames, err := framelimit.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
 
 	streams, err := streamlimit.New(o.maxStreamsAll, reg)
 	if err != nil {
 		return err
 	}
-	grpcServer := grpc.NewServer(append(serverOptions(o), grpc.InTapHandle(streams.Tap))...)
+	grpcServer := grpc.NewServer(append(serverOptions(o), grpc.InTapHandle(streamlimit.WithTimeout(o.checkTimeout, streams.Tap)))...)
 	authv3.RegisterAuthorizationServer(grpcServer, authz)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthSrv)
@@ -174,7 +179,9 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	defer cancel()
 	errc := make(chan error, 4)
 	go func() { errc <- wrap("Kyma reflector", kymas.Run(ctx, cfg, kymaResource, o.kymaNamespace)) }()
-	go func() { errc <- wrap("gRPC server", grpcServer.Serve(netutil.LimitListener(grpcLis, o.maxConns))) }()
+	go func() {
+		errc <- wrap("gRPC server", grpcServer.Serve(netutil.LimitListener(&framelimit.Listener{Listener: grpcLis, Metrics: frames}, o.maxConns)))
+	}()
 	go func() { errc <- wrap("health server", healthHTTP.Serve(healthLis)) }()
 	go func() { errc <- wrap("metrics server", metricsHTTP.Serve(metricsLis)) }()
 	if caWatcher != nil {
@@ -232,7 +239,9 @@ const MaxCheckBytes = 256 << 10
 // 10 s without a stream answered with GOAWAY). The windows do not bound
 // memory: grpc-go widens a stream's window to the whole announced message
 // and replenishes the connection's on receipt. The total is bounded by
-// --max-total-streams (package streamlimit, the InTapHandle run adds).
+// --max-total-streams (package streamlimit, the InTapHandle run adds), the
+// time a stream may take by --check-timeout (streamlimit.WithTimeout), the
+// memory DATA frames may waste by package framelimit (the listener run wraps).
 func serverOptions(o *options) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxCheckBytes),

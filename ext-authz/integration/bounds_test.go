@@ -93,7 +93,9 @@ var _ = Describe("ext-authz under callers that never finish a message", Label("b
 		createKyma(kymaNamespace, "runtime-stall", "skr-stall.example.com", nil)
 		good := extauthz.CheckRequest("lifecycle-manager", map[string]string{contract.HeaderXFCC: xfccOf(issue("runtime-stall", "skr-stall.example.com"))})
 		GinkgoT().Setenv("MEMORY_LIMIT", fmt.Sprint(extAuthzMemoryLimit))
-		p := startExtAuthz("--kyma-namespace=" + kymaNamespace)
+		// --check-timeout at its most: this spec measures the stream bound
+		// alone (the default 2s would end the stalled streams).
+		p := startExtAuthz("--kyma-namespace="+kymaNamespace, "--check-timeout=5m")
 		Eventually(p.Ready).WithTimeout(startTimeout).Should(BeTrue())
 
 		// The gateway's connection, open before the attack (--max-connections
@@ -120,7 +122,7 @@ var _ = Describe("ext-authz under callers that never finish a message", Label("b
 		start := time.Now()
 		var wg sync.WaitGroup
 		for i, a := range attackers {
-			wg.Go(func() { results[i], errs[i] = a.stall(perConn, msgLen, 3*time.Minute) })
+			wg.Go(func() { results[i], errs[i] = a.stall(perConn, msgLen, 16<<10, 3*time.Minute) })
 		}
 		wg.Wait()
 		stalled, resets, statuses := 0, 0, map[codes.Code]int{}

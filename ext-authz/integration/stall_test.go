@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"bufio"
 	"bytes"
 	binenc "encoding/binary"
 	"errors"
@@ -23,7 +24,8 @@ import (
 // SETTINGS and PING, and records how the server answered each stream.
 type stallConn struct {
 	conn net.Conn
-	wmu  sync.Mutex // guards fr's writes
+	wmu  sync.Mutex // guards fr's writes and bw
+	bw   *bufio.Writer
 	fr   *http2.Framer
 
 	mu      sync.Mutex
@@ -54,14 +56,15 @@ func dialStall(addr string) (*stallConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &stallConn{conn: conn, fr: http2.NewFramer(conn, conn), connWin: 65535, initWin: 65535, streams: map[uint32]*stallStream{}}
+	bw := bufio.NewWriterSize(conn, 64<<10)
+	c := &stallConn{conn: conn, bw: bw, fr: http2.NewFramer(bw, conn), connWin: 65535, initWin: 65535, streams: map[uint32]*stallStream{}}
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.changed = sync.NewCond(&c.mu)
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+	if _, err := bw.Write([]byte(http2.ClientPreface)); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	if err := c.fr.WriteSettings(); err != nil {
+	if err := c.write(func(fr *http2.Framer) error { return fr.WriteSettings() }); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -71,10 +74,27 @@ func dialStall(addr string) (*stallConn, error) {
 
 func (c *stallConn) Close() error { return c.conn.Close() }
 
+// write writes frames and flushes them.
 func (c *stallConn) write(f func(*http2.Framer) error) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if err := f(c.fr); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// writeBuffered writes frames, flushing only a full buffer (many tiny frames).
+func (c *stallConn) writeBuffered(f func(*http2.Framer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	return f(c.fr)
+}
+
+func (c *stallConn) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.bw.Flush()
 }
 
 // read handles the server's frames until the connection fails.
@@ -146,14 +166,15 @@ func headerValue(f *http2.MetaHeadersFrame, name string) string {
 // and the 5-byte message prefix announcing msgLen bytes; a stream the server
 // takes gets a WINDOW_UPDATE for the whole message (grpc-go grants it when
 // the handler reads the prefix) and is then sent msgLen-1 bytes in 16 KiB
-// DATA frames, never the last byte and never END_STREAM. A stream the server
-// refuses is left alone.
-func (c *stallConn) stall(n, msgLen int, timeout time.Duration) (stallResult, error) {
+// DATA frames (frameSize bytes: the tiny-frames attack sends 1-byte ones),
+// never the last byte and never END_STREAM. A stream the server refuses is
+// left alone.
+func (c *stallConn) stall(n, msgLen, frameSize int, timeout time.Duration) (stallResult, error) {
 	deadline := time.Now().Add(timeout)
 	timer := time.AfterFunc(timeout, func() { c.mu.Lock(); c.changed.Broadcast(); c.mu.Unlock() })
 	defer timer.Stop()
 	res := stallResult{statuses: map[codes.Code]int{}}
-	payload := make([]byte, 16<<10)
+	payload := make([]byte, frameSize)
 	var hbuf bytes.Buffer
 	enc := hpack.NewEncoder(&hbuf)
 	for i := range n {
@@ -190,6 +211,13 @@ func (c *stallConn) stall(n, msgLen int, timeout time.Duration) (stallResult, er
 		c.mu.Unlock()
 		for left := msgLen - 1; left > 0; {
 			c.mu.Lock()
+			if s.win <= 0 || c.connWin <= 0 {
+				c.mu.Unlock()
+				if err := c.flush(); err != nil {
+					return res, err
+				}
+				c.mu.Lock()
+			}
 			for (s.win <= 0 || c.connWin <= 0) && !s.ended && c.readErr == nil && time.Now().Before(deadline) {
 				c.changed.Wait()
 			}
@@ -202,10 +230,15 @@ func (c *stallConn) stall(n, msgLen int, timeout time.Duration) (stallResult, er
 			s.win -= k
 			c.connWin -= k
 			c.mu.Unlock()
-			if err := c.write(func(fr *http2.Framer) error { return fr.WriteData(id, false, payload[:k]) }); err != nil {
+			if err := c.writeBuffered(func(fr *http2.Framer) error { return fr.WriteData(id, false, payload[:k]) }); err != nil {
 				return res, err
 			}
 			left -= int(k)
+			if left == 0 {
+				if err := c.flush(); err != nil {
+					return res, err
+				}
+			}
 			if left == 0 {
 				res.stalled++
 			}

@@ -29,6 +29,7 @@ package streamlimit
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -89,4 +90,29 @@ func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error)
 	}
 	context.AfterFunc(ctx, func() { l.inFlight.Add(-1) })
 	return ctx, nil
+}
+
+// HealthWatch is the one method WithTimeout leaves alone: a Watch stream
+// stays open for as long as its client watches.
+const HealthWatch = "/grpc.health.v1.Health/Watch"
+
+// WithTimeout returns a tap that runs next and then bounds every stream but
+// HealthWatch to d: the context it returns ends d after the stream began.
+// grpc-go v1.75.1 makes the tap's context the stream's (operateHeaders
+// assigns it to s.ctx before the stream is registered) and its message
+// reader returns when s.ctx is done, so a Check whose client stalls or
+// dribbles its message fails with DEADLINE_EXCEEDED after d, its status is
+// written, the stream is deleted and its buffers freed. next sees the
+// stream's own context, so what it ties to the stream's end (the slot of
+// Limiter.Tap) stays tied to the real end, not to d.
+func WithTimeout(d time.Duration, next tap.ServerInHandle) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		ctx, err := next(ctx, info)
+		if err != nil || info.FullMethodName == HealthWatch {
+			return ctx, err
+		}
+		tctx, cancel := context.WithTimeout(ctx, d)
+		context.AfterFunc(ctx, cancel) // stops the timer when the stream ends first
+		return tctx, nil
+	}
 }

@@ -146,3 +146,45 @@ func rejected(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Fatal("no runtime_watcher_ext_authz_streams_rejected_total")
 	return 0
 }
+
+// TestWithTimeout: a stream that never sends its message is ended with
+// DEADLINE_EXCEEDED after the timeout and gives its slot back, on a
+// connection that stays usable; a health Watch outlives the timeout.
+func TestWithTimeout(t *testing.T) {
+	ctx := t.Context()
+	l, err := streamlimit.New(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const d = 300 * time.Millisecond
+	s := grpc.NewServer(grpc.InTapHandle(streamlimit.WithTimeout(d, l.Tap)))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	c := dial(t, lis.Addr().String())
+
+	watch(t, ctx, c)
+	start := time.Now()
+	st, err := c.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/grpc.health.v1.Health/Check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitInFlight(t, l, 2)
+	err = st.RecvMsg(&healthpb.HealthCheckResponse{})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stalled Check: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took < d || took > 5*d {
+		t.Fatalf("stalled Check ended after %s, want about %s", took, d)
+	}
+	waitInFlight(t, l, 1) // the Watch keeps its slot
+	time.Sleep(d)
+	waitInFlight(t, l, 1)
+	if got := check(ctx, c); got != codes.OK {
+		t.Fatalf("Check on the same connection: %v", got)
+	}
+}
