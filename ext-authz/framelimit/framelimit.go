@@ -234,7 +234,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.mu.Unlock()
 	if reason != "" {
 		if !already {
-			_ = c.Conn.Close()
+			_ = c.Close()
 			if c.metrics != nil {
 				c.metrics.closed.WithLabelValues(string(reason)).Inc()
 			}

@@ -281,13 +281,13 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(lmLeft(ctx)()).To(BeEmpty())
 
 		By("keeping the condition, LM's condition, and writing nothing on a second pass")
-		cond, rv, types := takeOver(ctx, kymaName)
+		cond, _, types := takeOver(ctx, kymaName)
 		Expect(cond.Reason).To(Equal(runtimes.CondReasonTakenOver))
 		Expect(types).To(ConsistOf(lmCondition, runtimes.ConditionTakeOver))
 		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
 		passes := testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged"))
 		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "") // a pass
-		_, rv, _ = takeOver(ctx, kymaName)
+		_, rv, _ := takeOver(ctx, kymaName)
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged")) }).Should(BeNumerically(">", passes))
 		cond2, rv2, _ := takeOver(ctx, kymaName)
 		Expect(rv2).To(Equal(rv), "no write to the Kyma")
