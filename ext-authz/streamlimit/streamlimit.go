@@ -111,8 +111,17 @@ func WithTimeout(d time.Duration, next tap.ServerInHandle) tap.ServerInHandle {
 		if err != nil || info.FullMethodName == HealthWatch {
 			return ctx, err
 		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+			// The client's own deadline (grpc-timeout; Envoy sends its
+			// ext_authz timeout, 200 ms by default) comes first: no
+			// second timer per Check.
+			return ctx, nil
+		}
+		// The stream's context is a cancelable one of grpc-go's: when the
+		// stream ends first, cancelling it cancels this child too, which
+		// stops the timer. No AfterFunc (a goroutine per stream) is needed.
 		tctx, cancel := context.WithTimeout(ctx, d)
-		context.AfterFunc(ctx, cancel) // stops the timer when the stream ends first
+		_ = cancel // released through the parent, see above
 		return tctx, nil
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
 )
@@ -186,5 +187,38 @@ func TestWithTimeout(t *testing.T) {
 	waitInFlight(t, l, 1)
 	if got := check(ctx, c); got != codes.OK {
 		t.Fatalf("Check on the same connection: %v", got)
+	}
+}
+
+// TestWithTimeoutContexts: the stream's context ending first ends the
+// bounded one at once (so its timer is stopped with it), and a client
+// deadline sooner than the bound is kept as it is (no second timer).
+func TestWithTimeoutContexts(t *testing.T) {
+	pass := func(ctx context.Context, _ *tap.Info) (context.Context, error) { return ctx, nil }
+	tapFn := streamlimit.WithTimeout(time.Hour, pass)
+	info := &tap.Info{FullMethodName: "/envoy.service.auth.v3.Authorization/Check"}
+
+	stream, end := context.WithCancel(context.Background())
+	bounded, err := tapFn(stream, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl, ok := bounded.Deadline(); !ok || time.Until(dl) < 59*time.Minute {
+		t.Fatalf("deadline %v %v, want about an hour from now", dl, ok)
+	}
+	end()
+	if bounded.Err() != context.Canceled {
+		t.Fatalf("stream ended, bounded context: %v", bounded.Err())
+	}
+
+	soon, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, err := tapFn(soon, info)
+	if err != nil || got != soon {
+		t.Fatalf("a client deadline within the bound must be kept as is: %v, %v", got, err)
+	}
+	watch, err := tapFn(stream, &tap.Info{FullMethodName: streamlimit.HealthWatch})
+	if err != nil || watch != stream {
+		t.Fatalf("health Watch must not be bounded: %v, %v", watch, err)
 	}
 }

@@ -63,6 +63,10 @@ type options struct {
 	skipWebhook                  bool
 }
 
+// gatewayAuthzTimeout is the ext_authz provider's timeout of the gateway
+// (manifests/istio/istiod-values.yaml): Envoy sends it with every Check.
+const gatewayAuthzTimeout = 500 * time.Millisecond
+
 func main() {
 	if kind := os.Getenv("BENCHCOMPARE_SERVE"); kind != "" {
 		os.Exit(serve(kind, os.Getenv("BENCHCOMPARE_RUNTIMES")))
@@ -317,7 +321,10 @@ func checkLoad(client authv3.AuthorizationClient, reqs []*authv3.CheckRequest, i
 					return
 				}
 				r := (offset + i*7919) % len(reqs)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				// The deadline the gateway puts on its ext_authz calls
+				// (the provider's timeout in manifests/istio, sent as
+				// grpc-timeout), for every server alike.
+				ctx, cancel := context.WithTimeout(context.Background(), gatewayAuthzTimeout)
 				t0 := time.Now()
 				resp, err := client.Check(ctx, reqs[r])
 				lat[i] = time.Since(t0)
