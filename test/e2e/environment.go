@@ -114,6 +114,9 @@ type TakeoverControls interface {
 	// OurWebhookURL is the base URL of the admission endpoint of the
 	// runtime's own skr-webhook.
 	OurWebhookURL() string
+	// OurWebhookLog is the log of the runtime's own skr-webhook, with a
+	// line per review it answered (localenv.ReviewLogFlags).
+	OurWebhookLog() string
 }
 
 // WebhookOptions configure TakeoverControls.StartWebhook.
@@ -135,5 +138,7 @@ type ExtraWebhook interface {
 	URL() string
 	// MetricsURL is its /metrics.
 	MetricsURL() string
+	// Log is its log, with a line per review it answered.
+	Log() string
 	Stop() error
 }

@@ -35,7 +35,7 @@ func StartLocal(ctx context.Context, log logr.Logger) (Environment, error) {
 	}
 	// The KCP shape of docs/architecture.md §4.8: two operator replicas with
 	// leader election; heartbeats every second (when the webhook has them).
-	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log, OperatorReplicas: 2, HeartbeatInterval: time.Second})
+	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log, OperatorReplicas: 2, HeartbeatInterval: time.Second, LogReviews: true})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -176,6 +176,7 @@ func (t localTakeover) RestartController(ctx context.Context, extra ...string) e
 func (t localTakeover) OurWebhookURL() string {
 	return "https://localhost:" + portOf(t.sys.WebhookAddr())
 }
+func (t localTakeover) OurWebhookLog() string { return t.sys.WebhookLog() }
 func (t localTakeover) StartWebhook(ctx context.Context, o WebhookOptions) (ExtraWebhook, error) {
 	w, err := t.sys.StartExtraWebhook(ctx, localenv.ExtraWebhookOptions{
 		Name: o.Name, CertPEM: o.CertPEM, KeyPEM: o.KeyPEM, GatewayCAPEM: o.GatewayCAPEM, Managers: o.Managers,
@@ -190,6 +191,7 @@ type localWebhook struct{ w *localenv.ExtraWebhook }
 
 func (w localWebhook) URL() string        { return w.w.URL }
 func (w localWebhook) MetricsURL() string { return w.w.MetricsURL }
+func (w localWebhook) Log() string        { return w.w.Log() }
 func (w localWebhook) Stop() error        { return w.w.Stop() }
 
 func portOf(hostport string) string {

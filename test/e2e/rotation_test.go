@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -222,6 +223,7 @@ type writer struct {
 	last   map[string]time.Time
 	errs   []error
 	writes int
+	spans  []writeSpan
 }
 
 func startWriter(ctx context.Context, n sample, objects int) *writer {
@@ -255,6 +257,7 @@ func startWriterOn(ctx context.Context, kymas []*unstructured.Unstructured) *wri
 			default:
 				w.last[k.GetName()] = before
 				w.writes++
+				w.spans = append(w.spans, writeSpan{name: k.GetName(), start: before, end: time.Now()})
 			}
 			w.mu.Unlock()
 			select {
@@ -284,6 +287,20 @@ func (w *writer) errors() []error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.errs
+}
+
+// writeSpan is one successful write: the object and the time from the
+// request's start to its answer. Admission of the write happened in it.
+type writeSpan struct {
+	name       string
+	start, end time.Time
+}
+
+// writeSpans returns every successful write, in order.
+func (w *writer) writeSpans() []writeSpan {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.spans)
 }
 
 func (w *writer) count() int {

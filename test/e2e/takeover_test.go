@@ -1,10 +1,12 @@
 package e2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -155,7 +157,34 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 				Should(ContainElement(n.RuntimeID), "the final state of %s (written %s) was not received", name, at.Format(time.RFC3339Nano))
 		}
 
-		By("counting the reviews: each write reviewed by one of the two webhooks, none by neither")
+		By("checking every write against the reviews each webhook logged: each reviewed while it was made, few by both")
+		spans := w.writeSpans()
+		byLM, byUs := reviewTimes(lmHook.Log(), n.Manager), reviewTimes(tc.OurWebhookLog(), n.Manager)
+		var gaps []string
+		lmOnly, ourOnly, both := 0, 0, 0
+		for _, sp := range spans {
+			switch l, o := reviewedDuring(byLM[sp.name], sp), reviewedDuring(byUs[sp.name], sp); {
+			case l && o:
+				both++
+			case l:
+				lmOnly++
+			case o:
+				ourOnly++
+			default:
+				gaps = append(gaps, fmt.Sprintf("%s %s–%s", sp.name, sp.start.Format(time.RFC3339Nano), sp.end.Format(time.RFC3339Nano)))
+			}
+		}
+		AddReportEntry("take-over: writes reviewed by LM's webhook only, by ours only, by both, by neither",
+			fmt.Sprintf("%d, %d, %d, %d", lmOnly, ourOnly, both, len(gaps)))
+		Expect(gaps).To(BeEmpty(), "writes no webhook reviewed (a gap in admission coverage)")
+		Expect(lmOnly).To(BeNumerically(">", 0), "no write reviewed by LM's webhook alone: the writer started after the switch")
+		Expect(ourOnly).To(BeNumerically(">", 0), "no write reviewed by our webhook alone")
+		// Both webhooks review while both configurations are in place: our
+		// webhook is added before LM's is removed (never a gap), which
+		// should be a short moment, not a long overlap.
+		Expect(both).To(BeNumerically("<=", max(2, len(spans)/20)), "many writes reviewed by both webhooks: the configurations overlapped for long")
+
+		By("counting the reviews from the webhooks' metrics as well: at least one per write")
 		lmCount := reviews(ctx, lmHook.MetricsURL(), n.Manager) - lmBefore
 		ourCount := ourReviews(ctx, n) - ourBefore
 		AddReportEntry("take-over: writes, reviews by LM's webhook, reviews by ours", fmt.Sprintf("%d, %.0f, %.0f", w.count(), lmCount, ourCount))
@@ -348,3 +377,43 @@ func caNames(cas []*x509.Certificate) []string {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// reviewTimes reads a skr-webhook log written with localenv.ReviewLogFlags
+// and returns, per object name, when it answered a review of it for
+// manager (the handler logs after it wrote the answer and before the
+// request ends, so within the write that caused the review).
+func reviewTimes(path, manager string) map[string][]time.Time {
+	GinkgoHelper()
+	f, err := os.Open(path)
+	Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	out := map[string][]time.Time{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg     string `json:"msg"`
+			TS      string `json:"ts"`
+			Manager string `json:"manager"`
+			Name    string `json:"name"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "admission" || line.Manager != manager {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, line.TS)
+		Expect(err).NotTo(HaveOccurred(), "log time %q in %s (want --zap-time-encoding=rfc3339nano)", line.TS, path)
+		out[line.Name] = append(out[line.Name], t)
+	}
+	Expect(sc.Err()).NotTo(HaveOccurred())
+	return out
+}
+
+// reviewedDuring reports whether a review time falls within the write.
+func reviewedDuring(times []time.Time, sp writeSpan) bool {
+	for _, t := range times {
+		if !t.Before(sp.start) && !t.After(sp.end) {
+			return true
+		}
+	}
+	return false
+}

@@ -114,6 +114,17 @@ func (s *System) KillWebhook() error {
 	}
 }
 
+// WebhookLog is the path of the running skr-webhook's log (each start
+// writes a new one).
+func (s *System) WebhookLog() string {
+	s.webhookMu.Lock()
+	defer s.webhookMu.Unlock()
+	if s.webhook == nil {
+		return ""
+	}
+	return s.webhook.log
+}
+
 // WebhookAddr is host:port of the skr-webhook's admission endpoint (TLS,
 // certificate for "localhost" signed by CA).
 func (s *System) WebhookAddr() string { return s.webhookAddr }

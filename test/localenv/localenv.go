@@ -87,7 +87,16 @@ type Options struct {
 	// HeartbeatInterval is the skr-webhook's --heartbeat-interval, when
 	// its binary has the flag (0: its default).
 	HeartbeatInterval time.Duration
+	// LogReviews makes every skr-webhook it starts log each admission
+	// review it answers (ReviewLogFlags), so a test can tell which webhook
+	// reviewed which write, and when.
+	LogReviews bool
 }
+
+// ReviewLogFlags make an skr-webhook log one line per review it answers
+// (its handler logs at V(1): manager, operation, kind, namespace, name),
+// JSON with RFC 3339 times in nanoseconds.
+var ReviewLogFlags = []string{"--zap-log-level=debug", "--zap-time-encoding=rfc3339nano"}
 
 // System is the running local environment.
 type System struct {
@@ -336,6 +345,9 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 	s.webhookArgs = append(s.webhookArgs, extra...)
+	if o.LogReviews {
+		s.webhookArgs = append(s.webhookArgs, ReviewLogFlags...)
+	}
 	if err := s.StartWebhook(ctx); err != nil {
 		return s, err
 	}

@@ -103,11 +103,16 @@ func (s *System) StartExtraWebhook(ctx context.Context, o ExtraWebhookOptions) (
 		return nil, err
 	}
 	listen, health, metrics := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
-	p, err := s.start(o.Name, s.webhookBinary, nil, nil,
+	args := []string{
 		"--listen-addr", listen, "--health-probe-bind-address", health, "--metrics-bind-address", metrics,
 		"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"),
 		"--ca-file", filepath.Join(dir, "ca.crt"), "--kcp-addr", s.GatewayAddr, "--drain-timeout", "2s",
-		"--managers-file", filepath.Join(dir, "managers"))
+		"--managers-file", filepath.Join(dir, "managers"),
+	}
+	if s.opts.LogReviews {
+		args = append(args, ReviewLogFlags...)
+	}
+	p, err := s.start(o.Name, s.webhookBinary, nil, nil, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +123,9 @@ func (s *System) StartExtraWebhook(ctx context.Context, o ExtraWebhookOptions) (
 	}
 	return w, nil
 }
+
+// Log is the path of its log (stdout and stderr).
+func (w *ExtraWebhook) Log() string { return w.proc.log }
 
 // Stop stops the process (SIGTERM: it drains what it holds).
 func (w *ExtraWebhook) Stop() error {
