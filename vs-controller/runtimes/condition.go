@@ -8,7 +8,7 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,28 +69,25 @@ func (r *Reconciler) setTakeOverCondition(ctx context.Context, kyma client.Objec
 		if err != nil {
 			return fmt.Errorf("status.conditions: %w", err)
 		}
+		// Our condition as a typed one, so that meta.SetStatusCondition
+		// decides what changes (lastTransitionTime only with the status);
+		// every other condition stays as the map it is.
 		i := -1
-		var cur metav1.Condition
+		var ours []metav1.Condition
 		for j, v := range conds {
 			if m, ok := v.(map[string]any); ok && m["type"] == ConditionTakeOver {
-				i = j
+				var cur metav1.Condition
 				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cur); err != nil {
 					return fmt.Errorf("status.conditions[%d]: %w", j, err)
 				}
+				i, ours = j, []metav1.Condition{cur}
 				break
 			}
 		}
-		next := c
-		next.LastTransitionTime = metav1.Now()
-		if i >= 0 {
-			if cur.Status == c.Status && cur.Reason == c.Reason && cur.Message == c.Message {
-				return nil // as it should be
-			}
-			if cur.Status == c.Status {
-				next.LastTransitionTime = cur.LastTransitionTime
-			}
+		if !meta.SetStatusCondition(&ours, c) {
+			return nil // as it should be
 		}
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ours[0])
 		if err != nil {
 			return err
 		}
@@ -102,9 +99,6 @@ func (r *Reconciler) setTakeOverCondition(ctx context.Context, kyma client.Objec
 		}
 		if err := unstructured.SetNestedSlice(live.Object, conds, "status", "conditions"); err != nil {
 			return err
-		}
-		if equality.Semantic.DeepEqual(orig.Object, live.Object) {
-			return nil
 		}
 		if err := r.Client.Status().Patch(ctx, live, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
 			return err

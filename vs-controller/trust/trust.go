@@ -185,8 +185,9 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	a.mu.Unlock()
 	held := map[string]bool{}
 	for _, c := range cas {
-		held[Fingerprint(c)] = true
-		metrics.CANotAfter.WithLabelValues(a.Name, Fingerprint(c)).Set(float64(c.NotAfter.Unix()))
+		fp := Fingerprint(c)
+		held[fp] = true
+		metrics.CANotAfter.WithLabelValues(a.Name, fp).Set(float64(c.NotAfter.Unix()))
 	}
 	// A CA that left the bundle leaves the metric too.
 	for _, c := range before {
