@@ -19,16 +19,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // The real binary on SIGTERM with the KCP unreachable: /readyz fails at
 // once, admission is still answered (and its event taken), and when the KCP
 // comes back within --drain-timeout everything pending — the startup
@@ -69,9 +59,9 @@ func TestBinarySIGTERMFailsReadinessAndKeepsAnswering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webhookAddr, healthAddr := freeAddr(t), freeAddr(t)
+	webhookAddr, healthAddr := testenv.FreeAddr(), testenv.FreeAddr()
 	cmd := exec.Command(binary, "--kcp-addr", stub.Addr(), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--ca-file", caFile, "--listen-addr", webhookAddr, "--metrics-bind-address", freeAddr(t),
+		"--ca-file", caFile, "--listen-addr", webhookAddr, "--metrics-bind-address", testenv.FreeAddr(),
 		"--health-probe-bind-address", healthAddr, "--request-timeout", "1s", "--retry-base-delay", "50ms",
 		"--retry-max-delay", "200ms", "--drain-timeout", "60s", "--heartbeat-interval", "0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

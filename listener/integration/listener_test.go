@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -212,7 +211,7 @@ var _ = Describe("the example operator", func() {
 		createKyma(ctx, "runtime-e", "e.skr.example.com", nil)
 		bin, err := testenv.BuildBinary("listener/example")
 		Expect(err).NotTo(HaveOccurred())
-		listenAddr, healthAddr := freeAddr(), freeAddr()
+		listenAddr, healthAddr := testenv.FreeAddr(), testenv.FreeAddr()
 		cmd := exec.Command(bin, "--kubeconfig", kcp.KubeconfigPath, "--listen-addr", listenAddr,
 			"--health-probe-bind-address", healthAddr, "--metrics-bind-address", "0", "--manager", "example-operator", "--kyma-namespace", kymaNamespace)
 		session, err := gexec.Start(cmd, GinkgoWriter, GinkgoWriter)
@@ -243,14 +242,6 @@ var _ = Describe("the example operator", func() {
 		Eventually(session).WithTimeout(30 * time.Second).Should(gexec.Exit(0))
 	})
 })
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 var _ = Describe("two replicas with leader election (SetupWithManager)", func() {
 	It("are both ready; the non-leader answers 503 at once, the leader routes resyncs and records heartbeats", func(ctx SpecContext) {

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,11 +22,11 @@ import (
 
 // TestReplicasAreAllReady runs module-sync as a 2-replica Deployment does:
 // two module-sync processes with --leader-elect against one real API
-// server. Both must
-// become ready (a readiness that waits for leadership stalls every rolling
-// update, and with the PodDisruptionBudget blocks node drains); exactly one
-// consumes events, the other answers 503 with Retry-After at once so the
-// gateway's retry reaches the leader (docs/architecture.md §4.8).
+// server. Both must become ready (a readiness that waits for leadership
+// stalls every rolling update, and with the PodDisruptionBudget blocks node
+// drains); exactly one consumes events, the other answers 503 with
+// Retry-After at once so the gateway's retry reaches the leader
+// (docs/architecture.md §4.8).
 func TestReplicasAreAllReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real API server")
@@ -56,7 +55,7 @@ func TestReplicasAreAllReady(t *testing.T) {
 	var replicas []replica
 	done := make(chan error, 2)
 	for i := range 2 {
-		r := replica{health: freeAddr(t), events: freeAddr(t)}
+		r := replica{health: testenv.FreeAddr(), events: testenv.FreeAddr()}
 		cmd := exec.CommandContext(ctx, bin,
 			"--kubeconfig", env.Cluster("kcp").KubeconfigPath,
 			"--leader-elect", "--kyma-namespace", "kcp-system",
@@ -117,15 +116,4 @@ func TestReplicasAreAllReady(t *testing.T) {
 		return fmt.Sprintf("ready %d, answering 503 with Retry-After %d, consuming %d", ready, unavailable, consuming)
 	}).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).
 		Should(gomega.Equal("ready 2, answering 503 with Retry-After 1, consuming 1"))
-}
-
-// freeAddr is a loopback address with a port the kernel just handed out.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -61,7 +61,7 @@ var _ = Describe("skr-webhook under hostile load", Label("bounds"), func() {
 		binary, err := testenv.BuildBinary("skr-webhook")
 		Expect(err).NotTo(HaveOccurred())
 		p, err := startProcessEnv(binary, []string{fmt.Sprintf("MEMORY_LIMIT=%d", bundleMemoryLimit)},
-			"--listen-addr", freeAddr(), "--metrics-bind-address", freeAddr(), "--health-probe-bind-address", freeAddr(),
+			"--listen-addr", testenv.FreeAddr(), "--metrics-bind-address", testenv.FreeAddr(), "--health-probe-bind-address", testenv.FreeAddr(),
 			"--tls-cert-file", filepath.Join(certDir, "tls.crt"), "--tls-key-file", filepath.Join(certDir, "tls.key"),
 			"--ca-file", filepath.Join(certDir, "kcp-ca.crt"), "--kcp-addr", stub.Addr(), "--max-reviews-in-flight", "4",
 		)

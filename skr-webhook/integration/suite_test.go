@@ -93,7 +93,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(os.WriteFile(kcpCAFile, kcpCA.PEM, 0o600)).To(Succeed())
 
 	webhook, err = startProcess(binary,
-		"--listen-addr", freeAddr(), "--metrics-bind-address", freeAddr(), "--health-probe-bind-address", freeAddr(),
+		"--listen-addr", testenv.FreeAddr(), "--metrics-bind-address", testenv.FreeAddr(), "--health-probe-bind-address", testenv.FreeAddr(),
 		"--tls-cert-file", filepath.Join(certDir, "tls.crt"), "--tls-key-file", filepath.Join(certDir, "tls.key"),
 		"--ca-file", kcpCAFile, "--kcp-addr", stub.Addr(),
 		"--retry-base-delay", "50ms", "--retry-max-delay", "500ms", "--request-timeout", requestTimeout.String(),
@@ -220,13 +220,6 @@ func eventOf(name string) contract.WatchEvent {
 			Group: v1beta2.KymaGroupVersionKind.Group, Version: v1beta2.KymaGroupVersionKind.Version, Kind: "Kyma",
 		},
 	}
-}
-
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // process is the running binary.

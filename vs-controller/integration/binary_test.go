@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"syscall"
@@ -17,15 +16,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
-
-// freeAddr returns a loopback address that was free a moment ago, for a
-// binary's flag.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().String()
-}
 
 var _ = Describe("The vs-controller binary", Ordered, func() {
 	var (
@@ -49,7 +39,7 @@ var _ = Describe("The vs-controller binary", Ordered, func() {
 
 		bin, err := testenv.BuildBinary("vs-controller")
 		Expect(err).NotTo(HaveOccurred())
-		health = freeAddr()
+		health = testenv.FreeAddr()
 		cmd := exec.Command(bin,
 			"--kubeconfig="+cluster.KubeconfigPath,
 			"--metrics-bind-address=0",
