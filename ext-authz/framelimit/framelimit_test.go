@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
 // frame is an HTTP/2 frame header followed by length payload bytes.
@@ -136,19 +137,15 @@ func serve(t *testing.T) (string, *prometheus.Registry) {
 
 func closed(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	got, err := promtext.Gathered(reg, "runtime_watcher_ext_authz_connections_closed_total", "reason")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "runtime_watcher_ext_authz_connections_closed_total" && m.GetLabel()[0].GetValue() == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
+	n, ok := got[reason]
+	if !ok {
+		t.Fatalf("no metric for %s", reason)
 	}
-	t.Fatalf("no metric for %s", reason)
-	return 0
+	return n
 }
 
 func TestGRPCClientsPass(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
 // serve runs a gRPC server with the limiter's tap and the health service
@@ -135,17 +136,15 @@ func TestStalledStreamReleasedWithConnection(t *testing.T) {
 // rejected reads runtime_watcher_ext_authz_streams_rejected_total.
 func rejected(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	got, err := promtext.Gathered(reg, "runtime_watcher_ext_authz_streams_rejected_total")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "runtime_watcher_ext_authz_streams_rejected_total" {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
+	n, ok := got[""]
+	if !ok {
+		t.Fatal("no runtime_watcher_ext_authz_streams_rejected_total")
 	}
-	t.Fatal("no runtime_watcher_ext_authz_streams_rejected_total")
-	return 0
+	return n
 }
 
 // TestWithTimeout: a stream that never sends its message is ended with

@@ -1,6 +1,8 @@
 // Package promtext reads samples from Prometheus text exposition, as the
 // test environments scrape it from the processes they run: one /metrics
-// page, or the pages of several pods one after another.
+// page, or the pages of several pods one after another; and, with Gathered
+// and Collected, the samples of a registry or collector in the test's own
+// process, keyed by the label values a test asks for.
 package promtext
 
 import (

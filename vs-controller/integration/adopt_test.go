@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
@@ -97,20 +98,13 @@ func takeOverReason(ctx context.Context, name string) func() string {
 // onLMCertificate lists the series of the per-runtime gauge, as
 // "<runtime>/<kyma>=<value>".
 func onLMCertificate() []string {
-	reg := prometheus.NewPedanticRegistry()
-	ExpectWithOffset(1, reg.Register(metrics.RuntimeOnLMCertificate)).To(Succeed())
-	mfs, err := reg.Gather()
+	series, err := promtext.Collected(metrics.RuntimeOnLMCertificate, "runtime", "kyma")
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	out := []string{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			out = append(out, fmt.Sprintf("%s/%s=%g", l["runtime"], l["kyma"], m.GetGauge().GetValue()))
-		}
+	for k, v := range series {
+		out = append(out, fmt.Sprintf("%s=%g", k, v))
 	}
+	slices.Sort(out)
 	return out
 }
 

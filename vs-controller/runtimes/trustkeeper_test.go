@@ -22,6 +22,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
@@ -85,27 +86,9 @@ func putSecret(t *testing.T, c client.Client, name string, data map[string][]byt
 // order) joined with "/".
 func series(t *testing.T, c prometheus.Collector, labels ...string) map[string]float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
+	out, err := promtext.Collected(c, labels...)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			byName := map[string]string{}
-			for _, l := range m.GetLabel() {
-				byName[l.GetName()] = l.GetValue()
-			}
-			var values []string
-			for _, l := range labels {
-				values = append(values, byName[l])
-			}
-			out[strings.Join(values, "/")] = m.GetGauge().GetValue()
-		}
 	}
 	return out
 }

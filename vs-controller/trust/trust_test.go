@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
@@ -126,24 +127,14 @@ func forgetCAs(anchor string) {
 // caNotAfter is ca_not_after_seconds of anchor, by CA.
 func caNotAfter(t *testing.T, anchor string) map[string]float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(metrics.CANotAfter); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
+	series, err := promtext.Collected(metrics.CANotAfter, "anchor", "ca")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["anchor"] == anchor {
-				out[labels["ca"]] = m.GetGauge().GetValue()
-			}
+	for k, v := range series {
+		if ca, ok := strings.CutPrefix(k, anchor+"/"); ok {
+			out[ca] = v
 		}
 	}
 	return out
