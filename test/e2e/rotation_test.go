@@ -214,15 +214,13 @@ func tlsFailures(ctx context.Context) float64 {
 	return sum
 }
 
-// writer changes watched SKR objects continuously and remembers when each
-// was last written.
+// writer changes watched SKR objects continuously and remembers each
+// successful write (what was last written when, and how many, follow).
 type writer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	mu     sync.Mutex
-	last   map[string]time.Time
 	errs   []error
-	writes int
 	spans  []writeSpan
 }
 
@@ -239,7 +237,7 @@ func startWriter(ctx context.Context, n sample, objects int) *writer {
 // startWriterOn changes the spec of the given existing objects in turn.
 func startWriterOn(ctx context.Context, kymas []*unstructured.Unstructured) *writer {
 	wctx, cancel := context.WithCancel(ctx)
-	w := &writer{cancel: cancel, done: make(chan struct{}), last: map[string]time.Time{}}
+	w := &writer{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
 		defer close(w.done)
@@ -255,8 +253,6 @@ func startWriterOn(ctx context.Context, kymas []*unstructured.Unstructured) *wri
 			case err != nil:
 				w.errs = append(w.errs, err)
 			default:
-				w.last[k.GetName()] = before
-				w.writes++
 				w.spans = append(w.spans, writeSpan{name: k.GetName(), start: before, end: time.Now()})
 			}
 			w.mu.Unlock()
@@ -277,8 +273,8 @@ func (w *writer) stop() map[string]time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := map[string]time.Time{}
-	for k, v := range w.last {
-		out[k] = v
+	for _, sp := range w.spans {
+		out[sp.name] = sp.start // spans are in order: the last one stays
 	}
 	return out
 }
@@ -306,7 +302,7 @@ func (w *writer) writeSpans() []writeSpan {
 func (w *writer) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.writes
+	return len(w.spans)
 }
 
 // leafWatch records every distinct runtime certificate the SKR Secret held.
