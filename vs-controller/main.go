@@ -24,6 +24,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 func main() {
@@ -67,7 +68,7 @@ func main() {
 	fs.StringVar(&gwClientCA, "gateway-client-ca-secret", "istio-system/kcp-gateway-tls-cacert", "Secret (namespace/name) vs-controller writes the runtime CA bundle into, the gateway's client CA; \"\": none")
 	fs.StringVar(&gwCert, "gateway-certificate", "istio-system/kcp-gateway-tls", "gateway server Certificate (namespace/name), renewed once every SKR trusts a new gateway CA; \"\": never")
 	fs.StringVar(&extraCA, "migration-extra-ca-secret", "", "MIGRATION FROM LIFECYCLE MANAGER: CA Secret (namespace/name, e.g. istio-system/klm-watcher) whose ca.crt CAs are added to the gateway's client CA bundle (not to the SKRs' trust); re-read every --ca-poll-interval; \"\" (default): window closed")
-	fs.StringVar(&o.Trust.Store, "trust-store", controllers.DefaultTrustStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway)")
+	fs.StringVar(&o.Trust.Store, "trust-store", trust.DefaultStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway)")
 	fs.Float64Var(&o.Trust.RenewalsPerSecond, "ca-renewals-per-second", 5, "runtime certificate renewals requested per second after a CA rotation")
 	fs.DurationVar(&o.Trust.Interval, "ca-poll-interval", 5*time.Second, "how often the CA Secrets are re-read")
 	fs.DurationVar(&o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
@@ -126,7 +127,7 @@ func main() {
 		{"--gateway-certificate", gwCert, o.GatewayNamespace, &o.Trust.GatewayCertificate},
 		{"--migration-extra-ca-secret", extraCA, o.GatewayNamespace, &o.Trust.MigrationExtraCASecret},
 	} {
-		if *f.key, err = controllers.ParseObjectKey(f.value, f.def); err != nil {
+		if *f.key, err = trust.ParseObjectKey(f.value, f.def); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", f.flag, err)
 			os.Exit(2)
 		}

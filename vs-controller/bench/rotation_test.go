@@ -210,8 +210,8 @@ func rotationPKI() []client.Object {
 
 // rotationOptions are the trust options of the benchmark's controller: the
 // binary's defaults and names, --ca-settle from the flag.
-func rotationOptions() controllers.TrustOptions {
-	return controllers.TrustOptions{
+func rotationOptions() trust.Options {
+	return trust.Options{
 		CASecret:              types.NamespacedName{Namespace: kymaNS, Name: runtimeCAName},
 		GatewayCASecret:       types.NamespacedName{Namespace: gatewayNS, Name: gatewayCAName},
 		GatewayClientCASecret: types.NamespacedName{Namespace: gatewayNS, Name: clientCAName},

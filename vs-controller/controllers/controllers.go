@@ -1,6 +1,6 @@
 // Package controllers assembles vs-controller's manager: the Watcher
 // reconciler (package routing) and the runtime reconciler (package
-// runtimes), with a cache restricted to the namespaces each kind lives in and
+// runtimes) with its trust keeper (package trust), with a cache restricted to the namespaces each kind lives in and
 // health checks that reflect the cache's state. The binary and the
 // integration tests build the very same manager from it.
 package controllers
@@ -14,7 +14,6 @@ import (
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	"golang.org/x/time/rate"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,6 +35,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // Options configure the manager.
@@ -71,7 +71,7 @@ type Options struct {
 
 	// Trust: the CA rotation (docs/certificates.md); off when
 	// Trust.CASecret is empty.
-	Trust TrustOptions
+	Trust trust.Options
 	// Adoption: the take-over of runtimes Lifecycle Manager set up.
 	Adoption runtimes.Adoption
 
@@ -161,11 +161,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		MaxConcurrentReconciles: o.RuntimeWorkers,
 		Adoption:                o.Adoption,
 	}
-	if rr.Trust, err = o.Trust.keeper(mgr, o.KymaNamespace); err != nil {
+	if rr.Trust, err = o.Trust.Keeper(mgr, o.KymaNamespace); err != nil {
 		return nil, err
-	}
-	if o.Trust.RenewalsPerSecond > 0 {
-		rr.Renewals = rate.NewLimiter(rate.Limit(o.Trust.RenewalsPerSecond), 1)
 	}
 	if err := rr.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("runtime controller: %w", err)

@@ -52,7 +52,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 			GatewayNamespace: gatewayNS, KymaNamespace: kymaNS,
 			Issuer: cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},
 			Bundle: bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
-			Trust: controllers.TrustOptions{
+			Trust: trust.Options{
 				CASecret:               types.NamespacedName{Namespace: kymaNS, Name: issuerName},
 				GatewayClientCASecret:  clientCA,
 				MigrationExtraCASecret: extra,
@@ -134,7 +134,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 
 		// The runtime CA anchor — what SKRs are given — holds only ours.
 		store := &corev1.ConfigMap{}
-		Expect(cluster.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: controllers.DefaultTrustStore + "-runtime"}, store)).To(Succeed())
+		Expect(cluster.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: trust.DefaultStore + "-runtime"}, store)).To(Succeed())
 		held, _ := trust.ParseBundle([]byte(store.Data[trust.StoreKey]))
 		Expect(held).To(HaveLen(1))
 		Expect(held[0].Equal(ourCA.Cert)).To(BeTrue())

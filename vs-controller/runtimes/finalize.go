@@ -95,8 +95,9 @@ func (r *Reconciler) removeBundle(ctx context.Context, skr client.Client) error 
 func (r *Reconciler) forget(runtimeKey string) {
 	r.Clients.Forget(runtimeKey)
 	r.memo.ForgetPrefix(runtimeKey + "|")
-	r.pushed.Delete(runtimeKey)
-	r.renewalSlots.Delete(runtimeKey)
+	if r.Trust != nil {
+		r.Trust.Forget(runtimeKey)
+	}
 	r.adopted.Delete(runtimeKey)
 	r.lmCerts.forget(runtimeKey)
 	r.conditions.Delete(runtimeKey)

@@ -22,6 +22,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // Reconcile brings one runtime's Certificate and SKR bundle up to date.
@@ -77,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	trusted, ok := r.trustFor(ctx, kyma, id, tls)
 	if !ok {
-		return ctrl.Result{RequeueAfter: trustWait}, nil
+		return ctrl.Result{RequeueAfter: trust.Wait}, nil
 	}
 
 	skr, err := r.Clients.For(ctx, req.String(), kubeconfig)
@@ -88,14 +89,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		recordOutcome("invalid-kubeconfig")
 		return ctrl.Result{}, nil
 	}
-	btls := &bundle.TLS{CA: trusted.gatewayCA, Cert: tls.Cert, Key: tls.Key}
-	proceed, res, err := r.adopt(ctx, kyma, req.String(), skr, btls, trusted.caBundle)
+	btls := &bundle.TLS{CA: trusted.GatewayCA, Cert: tls.Cert, Key: tls.Key}
+	proceed, res, err := r.adopt(ctx, kyma, req.String(), skr, btls, trusted.CABundle)
 	if err == nil && !proceed {
 		return res, nil
 	}
 	wrote := 0
 	if err == nil {
-		wrote, err = r.applyBundle(ctx, req.String(), skr, btls, trusted.caBundle)
+		wrote, err = r.applyBundle(ctx, req.String(), skr, btls, trusted.CABundle)
 	}
 	if err != nil {
 		reason := ReasonBundleFailed
@@ -114,12 +115,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		recordOutcome("unchanged")
 	}
-	if wait, err := r.afterPush(ctx, kyma, req.String(), id, trusted); err != nil || wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, err
+	if r.Trust != nil {
+		if wait, err := r.Trust.AfterPush(ctx, kyma, req.String(), id, trusted); err != nil || wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, err
+		}
 	}
 	// The readiness check verifies our webhook with the runtime CA bundle
 	// (btls.CA is the gateway's, for the SKR's ca.crt).
-	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.caBundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
+	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.CABundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
 	if r.Resync > 0 {

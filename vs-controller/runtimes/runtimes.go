@@ -24,7 +24,6 @@ import (
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +33,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 const (
@@ -108,12 +108,10 @@ type Reconciler struct {
 	// MaxConcurrentReconciles; 8 when 0. Runtimes are independent: a slow
 	// or unreachable one holds one worker for at most the client timeout.
 	MaxConcurrentReconciles int
-	// Trust keeps the CA trust bundles (CA rotation, docs/certificates.md);
-	// nil: the SKR's caBundle and ca.crt are the runtime certificate's ca.crt.
-	Trust *TrustKeeper
-	// Renewals limits the renewal requests of runtime certificates after a
-	// CA rotation; 5 per second when nil.
-	Renewals *rate.Limiter
+	// Trust keeps the CA trust bundles and renews runtime certificates
+	// after a CA rotation (docs/certificates.md); nil: the SKR's caBundle
+	// and ca.crt are the runtime certificate's ca.crt.
+	Trust *trust.Keeper
 
 	// Adoption configures the take-over of runtimes Lifecycle Manager set
 	// up (adopt.go).
@@ -123,17 +121,13 @@ type Reconciler struct {
 	// unlabelled: runtime key -> true once an unlabelled kubeconfig Secret
 	// was logged (once per runtime and process).
 	unlabelled sync.Map
-	pushed     sync.Map // runtime key -> pushedRuntime
 	adopted    sync.Map // runtime key -> true: no LM or take-over objects seen
 	lmCerts    lmCertificates
 	// conditions: runtime key -> the take-over condition last found or
 	// written on its Kyma (condition.go).
 	conditions sync.Map
 	webhooks   bundle.WebhookConfigurations
-
-	// renewalSlots: runtime key -> when its reserved renewal is due.
-	renewalSlots sync.Map
-	bundles      bundle.Bundles
+	bundles    bundle.Bundles
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -53,18 +52,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	if r.Renewals == nil {
-		r.Renewals = rate.NewLimiter(5, 1)
-	}
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Trust != nil {
 		// A changed trust bundle re-reconciles every runtime.
-		r.Trust.init(r)
+		r.Trust.Init(r.Client, r.KymaNamespace)
 		if err := mgr.Add(r.Trust); err != nil {
 			return err
 		}
-		b = b.WatchesRawSource(source.Channel[client.Object](r.Trust.changed, &allKymas{r: r}))
+		b = b.WatchesRawSource(source.Channel[client.Object](r.Trust.Changed(), &allKymas{r: r}))
 	}
 	return b.
 		Named(ControllerName).

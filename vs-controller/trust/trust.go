@@ -10,6 +10,13 @@
 // not a CA or not valid now) is logged, reported as a Warning Event on the
 // Secret and in the metric runtime_watcher_vs_controller_ca_secret_valid,
 // and never replaces the trust already held.
+//
+// The Keeper (keeper.go) runs the anchors for the runtime reconciler: it
+// publishes the runtime and gateway CA bundles, writes the gateway's client
+// CA Secret, and renews runtime certificates (renewal.go) and the gateway's
+// certificate once the new CA is trusted everywhere; Options (options.go)
+// build it from vs-controller's flags. Extra (extra.go) is the trust window
+// of a migration from Lifecycle Manager.
 package trust
 
 import (

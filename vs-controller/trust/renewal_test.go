@@ -1,4 +1,4 @@
-package runtimes
+package trust
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 )
@@ -46,10 +47,10 @@ func TestRenewalSlots(t *testing.T) {
 		objs = append(objs, &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "kcp-system", Name: certificates.Name(fmt.Sprintf("runtime-%d", i))}})
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&certmanagerv1.Certificate{}).Build()
-	r := &Reconciler{Client: c, Renewals: rate.NewLimiter(5, 1)}
-	kyma := NewKyma()
+	k := &Keeper{Cache: c, Renewals: rate.NewLimiter(5, 1)}
+	kyma := identity.NewKyma()
 	kyma.SetNamespace("kcp-system")
-	tr := runtimeTrust{leaf: leaf.Cert, current: newCA.Cert}
+	tr := RuntimeTrust{leaf: leaf.Cert, current: newCA.Cert}
 	ctx := context.Background()
 	requested := func(i int) bool {
 		crt := &certmanagerv1.Certificate{}
@@ -65,7 +66,7 @@ func TestRenewalSlots(t *testing.T) {
 	}
 	push := func(i int) time.Duration {
 		t.Helper()
-		wait, err := r.afterPush(ctx, kyma, fmt.Sprintf("kcp-system/runtime-%d", i), fmt.Sprintf("runtime-%d", i), tr)
+		wait, err := k.AfterPush(ctx, kyma, fmt.Sprintf("kcp-system/runtime-%d", i), fmt.Sprintf("runtime-%d", i), tr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,11 +100,11 @@ func TestRenewalSlots(t *testing.T) {
 		t.Errorf("runtime %d back early: waits %s, want what is left of its slot (%s)", n-1, w, waits[n-1])
 	}
 	// Its slot is due: renewed, the slot released.
-	r.renewalSlots.Store("kcp-system/runtime-3", time.Now().Add(-time.Millisecond))
+	k.renewalSlots.Store("kcp-system/runtime-3", time.Now().Add(-time.Millisecond))
 	if w := push(3); w != 0 || !requested(3) {
 		t.Fatalf("runtime 3 with its slot due: waits %s, requested %v", w, requested(3))
 	}
-	if _, held := r.renewalSlots.Load("kcp-system/runtime-3"); held {
+	if _, held := k.renewalSlots.Load("kcp-system/runtime-3"); held {
 		t.Error("runtime 3 still holds a slot after its renewal")
 	}
 	// A runtime whose certificate is signed by the current CA drops its slot.
@@ -111,10 +112,10 @@ func TestRenewalSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w, err := r.afterPush(ctx, kyma, "kcp-system/runtime-4", "runtime-4", runtimeTrust{leaf: current.Cert, current: newCA.Cert}); err != nil || w != 0 {
+	if w, err := k.AfterPush(ctx, kyma, "kcp-system/runtime-4", "runtime-4", RuntimeTrust{leaf: current.Cert, current: newCA.Cert}); err != nil || w != 0 {
 		t.Fatalf("runtime 4 renewed: waits %s, %v", w, err)
 	}
-	if _, held := r.renewalSlots.Load("kcp-system/runtime-4"); held {
+	if _, held := k.renewalSlots.Load("kcp-system/runtime-4"); held {
 		t.Error("runtime 4 still holds a slot with a certificate of the current CA")
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package trust
 
 import (
 	"errors"
@@ -6,16 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
-// TrustOptions configure the CA rotation (docs/certificates.md).
-type TrustOptions struct {
+// Options configure the CA rotation (docs/certificates.md).
+type Options struct {
 	// CASecret is the runtime CA's Secret; the rotation is off when empty.
 	CASecret types.NamespacedName
 	// GatewayCASecret is the gateway CA's Secret; empty: the SKR Secret's
@@ -35,7 +33,7 @@ type TrustOptions struct {
 	RenewalsPerSecond float64
 	// Interval between refreshes of the CA Secrets; 5s when 0.
 	Interval time.Duration
-	// Settle: see runtimes.TrustKeeper.
+	// Settle: see Keeper.
 	Settle time.Duration
 	// MigrationExtraCASecret opens the trust window of a migration from
 	// Lifecycle Manager: the CAs in this Secret's ca.crt are added to the
@@ -45,8 +43,8 @@ type TrustOptions struct {
 	MigrationExtraCASecret types.NamespacedName
 }
 
-// DefaultTrustStore is the default Store.
-const DefaultTrustStore = "runtime-watcher-trust"
+// DefaultStore is the default Store.
+const DefaultStore = "runtime-watcher-trust"
 
 // ParseObjectKey reads "namespace/name", or "name" in namespace def; empty
 // gives the zero key.
@@ -64,8 +62,9 @@ func ParseObjectKey(s, def string) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
-// keeper builds the trust keeper; nil when the rotation is off.
-func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.TrustKeeper, error) {
+// Keeper builds the trust keeper of mgr's runtime reconciler, whose Kymas
+// live in kymaNamespace; nil when the rotation is off.
+func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error) {
 	if o.MigrationExtraCASecret.Name != "" && (o.CASecret.Name == "" || o.GatewayClientCASecret.Name == "") {
 		return nil, errors.New("the migration trust window (extra CA Secret) needs the CA rotation and the gateway client CA Secret: vs-controller writes no client CA bundle without them")
 	}
@@ -73,13 +72,13 @@ func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.
 		return nil, nil
 	}
 	if o.Store == "" {
-		o.Store = DefaultTrustStore
+		o.Store = DefaultStore
 	}
 	// CA Secrets, the trust stores and the gateway's Secrets are a handful
 	// of objects outside the cache: read them directly. This client is
 	// uncached like mgr.GetAPIReader(): it sees Secrets without
 	// contract.LabelPartOf too, which the manager's cached client does not
-	// (controllers.New) — a CA Secret somebody else created (e.g.
+	// (package controllers) — a CA Secret somebody else created (e.g.
 	// Lifecycle Manager's) is read this way, never through mgr.GetClient().
 	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
@@ -87,8 +86,8 @@ func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.
 	}
 	log := ctrl.Log.WithName("trust")
 	rec := mgr.GetEventRecorderFor("vs-controller")
-	k := &runtimes.TrustKeeper{
-		Runtime: &trust.Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log,
+	k := &Keeper{
+		Runtime: &Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-runtime"}},
 		Client:             c,
 		ClientCASecret:     o.GatewayClientCASecret,
@@ -96,15 +95,19 @@ func (o TrustOptions) keeper(mgr ctrl.Manager, kymaNamespace string) (*runtimes.
 		Interval:           o.Interval,
 		Settle:             o.Settle,
 		Log:                log,
+		Recorder:           rec,
+	}
+	if o.RenewalsPerSecond > 0 {
+		k.Renewals = rate.NewLimiter(rate.Limit(o.RenewalsPerSecond), 1)
 	}
 	if o.MigrationExtraCASecret.Name != "" {
 		// Read uncached: the Secret cache holds vs-controller's own
 		// Secrets only.
-		k.Extra = &trust.Extra{Client: c, Secret: o.MigrationExtraCASecret, Recorder: rec, Log: log.WithName("migration")}
+		k.Extra = &Extra{Client: c, Secret: o.MigrationExtraCASecret, Recorder: rec, Log: log.WithName("migration")}
 		log.Info("migration trust window open: the CAs of this Secret are trusted for client certificates at the gateway", "secret", o.MigrationExtraCASecret.String())
 	}
 	if o.GatewayCASecret.Name != "" {
-		k.Gateway = &trust.Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log,
+		k.Gateway = &Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-gateway"}}
 	}
 	return k, nil

@@ -1,4 +1,4 @@
-package runtimes
+package trust
 
 import (
 	"crypto/x509"
@@ -10,7 +10,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-// TestSignedByMemo: the remembered answers are trust.SignedBy's, per CA and
+// TestSignedByMemo: the remembered answers are SignedBy's, per CA and
 // per parse of the Secret; a new resourceVersion forgets them.
 func TestSignedByMemo(t *testing.T) {
 	ca1, err := pki.NewCA("ca-1")
@@ -29,7 +29,7 @@ func TestSignedByMemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &TrustKeeper{}
+	k := &Keeper{}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "runtime-1-webhook-tls", ResourceVersion: "1"},
 		Data: map[string][]byte{corev1.TLSCertKey: l1.CertPEM}}
 	leaf := k.leaf(secret)

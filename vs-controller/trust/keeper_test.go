@@ -1,4 +1,4 @@
-package runtimes
+package trust
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -15,18 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 const keeperNS = "kcp-system"
@@ -105,13 +100,13 @@ func equalSeries(got, want map[string]float64) bool {
 	return true
 }
 
-// TestTrustKeeperCertificateMetrics: a runtime CA rotation seen through the
+// TestKeeperCertificateMetrics: a runtime CA rotation seen through the
 // trust keeper's metrics (docs/certificates.md, "Metrics"): each runtime
 // certificate's not-after with the CA that signed it, each CA's not-after,
 // the runtimes still on the old CA (counted until re-issued), the runtimes
 // whose certificate expires within 7 days, and no series left of a CA or a
 // runtime that is gone.
-func TestTrustKeeperCertificateMetrics(t *testing.T) {
+func TestKeeperCertificateMetrics(t *testing.T) {
 	const anchor = "keeper-metrics-test"
 	// Series of an earlier run (-count): a new keeper knows only its own.
 	metrics.RuntimeCertNotAfter.Reset()
@@ -119,7 +114,7 @@ func TestTrustKeeperCertificateMetrics(t *testing.T) {
 	ctx := context.Background()
 	c := keeperClient(t)
 	ca1, ca2, stranger := mustCA(t, "ca-1"), mustCA(t, "ca-2"), mustCA(t, "stranger")
-	fp1, fp2 := trust.Fingerprint(ca1.Cert), trust.Fingerprint(ca2.Cert)
+	fp1, fp2 := Fingerprint(ca1.Cert), Fingerprint(ca2.Cert)
 	caSecret := types.NamespacedName{Namespace: keeperNS, Name: "runtime-watcher-ca"}
 	putSecret(t, c, caSecret.Name, map[string][]byte{corev1.TLSCertKey: ca1.PEM})
 
@@ -136,12 +131,12 @@ func TestTrustKeeperCertificateMetrics(t *testing.T) {
 	// Not a runtime certificate's Secret: not counted.
 	putSecret(t, c, "kubeconfig-runtime-a", map[string][]byte{"config": []byte("x")})
 
-	k := &TrustKeeper{
-		Runtime: &trust.Anchor{Name: anchor, Client: c, Secret: caSecret,
+	k := &Keeper{
+		Runtime: &Anchor{Name: anchor, Client: c, Secret: caSecret,
 			Store: types.NamespacedName{Namespace: keeperNS, Name: "keeper-metrics-test-store"}, Log: logr.Discard()},
 		Client: c, Log: logr.Discard(),
 	}
-	k.init(&Reconciler{Client: c, KymaNamespace: keeperNS})
+	k.Init(c, keeperNS)
 	unix := func(l *pki.Leaf) float64 { return float64(l.Cert.NotAfter.Unix()) }
 	check := func(step string, wantCerts, wantCAs map[string]float64, onOld, expiring float64) {
 		t.Helper()
@@ -211,59 +206,5 @@ func TestTrustKeeperCertificateMetrics(t *testing.T) {
 		map[string]float64{fp2: caUnix(ca2)}, 0, 0)
 	if _, ok := k.leaves.Load(certificates.Name("runtime-c")); ok {
 		t.Error("the removed runtime's certificate is still remembered")
-	}
-}
-
-// TestExpiringSoonIsLoggedAndReported: a runtime certificate that expires
-// within ExpiringSoon gets a log line and a Warning Event
-// CertificateExpiringSoon on its Kyma at every pass; one that does not gets
-// neither.
-func TestExpiringSoonIsLoggedAndReported(t *testing.T) {
-	ca := mustCA(t, "ca")
-	var lines []string
-	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) {
-		lines = append(lines, args)
-	}, funcr.Options{}))
-	rec := record.NewFakeRecorder(10)
-	r := &Reconciler{Recorder: rec}
-	kyma := NewKyma()
-	kyma.SetNamespace(keeperNS)
-	kyma.SetName("kyma-a")
-	events := func() []string {
-		var out []string
-		for {
-			select {
-			case e := <-rec.Events:
-				out = append(out, e)
-			default:
-				return out
-			}
-		}
-	}
-
-	for _, tc := range []struct {
-		left time.Duration
-		soon bool
-	}{{ExpiringSoon - time.Hour, true}, {time.Hour, true}, {ExpiringSoon + time.Hour, false}, {60 * 24 * time.Hour, false}} {
-		lines = nil
-		leaf := mustLeaf(t, ca, "runtime-a", time.Now().Add(tc.left))
-		if _, ok := r.trustFor(ctx, kyma, "runtime-a", &bundle.TLS{CA: ca.PEM, Cert: leaf.CertPEM}); !ok {
-			t.Fatalf("%s left: no trust without a trust keeper", tc.left)
-		}
-		evs := events()
-		if !tc.soon {
-			if len(evs) != 0 || len(lines) != 0 {
-				t.Errorf("%s left: events %q, log %q; want none", tc.left, evs, lines)
-			}
-			continue
-		}
-		want := "Warning " + ReasonExpiringSoon + " runtime certificate expires at " + leaf.Cert.NotAfter.UTC().Format(time.RFC3339)
-		if len(evs) != 1 || evs[0] != want {
-			t.Errorf("%s left: events %q, want [%q]", tc.left, evs, want)
-		}
-		if len(lines) != 1 || !strings.Contains(lines[0], `"msg"="runtime certificate expires soon"`) ||
-			!strings.Contains(lines[0], `"runtime"="runtime-a"`) || !strings.Contains(lines[0], `"notAfter"=`) {
-			t.Errorf("%s left: log %q, want one line \"runtime certificate expires soon\" with the runtime and notAfter", tc.left, lines)
-		}
 	}
 }

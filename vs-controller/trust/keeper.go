@@ -1,4 +1,4 @@
-package runtimes
+package trust
 
 import (
 	"bytes"
@@ -12,35 +12,39 @@ import (
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // ExpiringSoon is how close to its not-after a runtime certificate is
 // reported (log, Event, runtime_watcher_vs_controller_runtimes_certificate_expiring_soon).
 const ExpiringSoon = 7 * 24 * time.Hour
 
-// TrustKeeper keeps the runtime CA and gateway CA trust bundles
+// Keeper keeps the runtime CA and gateway CA trust bundles
 // (docs/certificates.md): it refreshes both anchors (every Interval and when
 // poked), writes the runtime CA bundle into the gateway's client-CA Secret,
 // then publishes the bundles to the runtime reconciler and re-reconciles
-// every runtime when one changed. It requests the renewal of the gateway's
-// server certificate once every runtime holds the current gateway CA, and
-// fills the certificate expiry metrics. It runs on the leader only.
-type TrustKeeper struct {
+// every runtime when one changed (Changed). It requests the renewal of the
+// gateway's server certificate once every runtime holds the current gateway
+// CA, and of a runtime's certificate once its SKR trusts the current runtime
+// CA (renewal.go), and fills the certificate expiry metrics. It runs on the
+// leader only.
+type Keeper struct {
 	// Runtime is the runtime CA's anchor (required); Gateway the gateway
 	// CA's (nil: the SKR Secret's ca.crt is the runtime certificate's
 	// ca.crt, a single-CA setup).
-	Runtime, Gateway *trust.Anchor
+	Runtime, Gateway *Anchor
 	// Client writes the client-CA Secret and requests the gateway
 	// certificate's renewal; it reads uncached.
 	Client client.Client
@@ -50,7 +54,7 @@ type TrustKeeper struct {
 	// Extra, when set, is the trust window of a migration from Lifecycle
 	// Manager: its CAs are added to what is written to ClientCASecret
 	// (read on every pass), never to the bundles given to SKRs.
-	Extra *trust.Extra
+	Extra *Extra
 	// GatewayCertificate is the gateway's server Certificate; it is renewed
 	// by the new gateway CA once every runtime trusts it. Nothing is renewed
 	// when empty.
@@ -66,8 +70,18 @@ type TrustKeeper struct {
 	// held the new gateway CA for Settle.
 	Settle time.Duration
 	Log    logr.Logger
+	// Cache is the KCP client of the runtime reconciler (the manager's
+	// cached client): it lists the runtime certificates' Secrets and the
+	// Kymas in KymaNamespace, and requests runtime certificate renewals;
+	// set by Init.
+	Cache         client.Client
+	KymaNamespace string
+	// Renewals limits the renewal requests of runtime certificates after a
+	// CA rotation; 5 per second when nil.
+	Renewals *rate.Limiter
+	// Recorder reports renewals on the Kymas; none when nil.
+	Recorder record.EventRecorder
 
-	r *Reconciler
 	// clientCA is what the client CA Secret was last written with (or
 	// found to hold).
 	clientCA []byte
@@ -79,6 +93,9 @@ type TrustKeeper struct {
 	// certSeries: the {runtime, ca} series of
 	// runtime_certificate_not_after_seconds set by the last scanLeaves.
 	certSeries map[[2]string]bool
+	pushed     sync.Map // runtime key -> pushedRuntime
+	// renewalSlots: runtime key -> when its reserved renewal is due.
+	renewalSlots sync.Map
 
 	// gatewayHeldSince: when every runtime first held gatewayHeldCA.
 	gatewayHeldCA    string
@@ -115,8 +132,14 @@ type parsedLeaf struct {
 	cert            *x509.Certificate
 }
 
-func (k *TrustKeeper) init(r *Reconciler) {
-	k.r = r
+// Init prepares the keeper for the runtime reconciler whose cached client
+// is cache and whose Kymas live in kymaNamespace; it is called once, before
+// Start.
+func (k *Keeper) Init(cache client.Client, kymaNamespace string) {
+	k.Cache, k.KymaNamespace = cache, kymaNamespace
+	if k.Renewals == nil {
+		k.Renewals = rate.NewLimiter(5, 1)
+	}
 	k.changed = make(chan event.GenericEvent, 1)
 	k.poke = make(chan struct{}, 1)
 	if k.Interval <= 0 {
@@ -132,17 +155,27 @@ func (k *TrustKeeper) init(r *Reconciler) {
 
 // Poke asks for a refresh now (a runtime certificate signed by a CA not in
 // the bundle yet).
-func (k *TrustKeeper) Poke() {
+func (k *Keeper) Poke() {
 	select {
 	case k.poke <- struct{}{}:
 	default:
 	}
 }
 
-func (k *TrustKeeper) current() *published { return k.state.Load() }
+// Changed delivers an event whenever the published bundles changed: every
+// runtime is to be reconciled again.
+func (k *Keeper) Changed() <-chan event.GenericEvent { return k.changed }
+
+// Forget drops what is known of a runtime (removed).
+func (k *Keeper) Forget(runtimeKey string) {
+	k.pushed.Delete(runtimeKey)
+	k.renewalSlots.Delete(runtimeKey)
+}
+
+func (k *Keeper) current() *published { return k.state.Load() }
 
 // Start refreshes until ctx ends.
-func (k *TrustKeeper) Start(ctx context.Context) error {
+func (k *Keeper) Start(ctx context.Context) error {
 	t := time.NewTicker(k.Interval)
 	defer t.Stop()
 	for {
@@ -158,7 +191,7 @@ func (k *TrustKeeper) Start(ctx context.Context) error {
 
 // Sync is one pass: refresh, publish, renew the gateway certificate, fill
 // the metrics.
-func (k *TrustKeeper) Sync(ctx context.Context) {
+func (k *Keeper) Sync(ctx context.Context) {
 	prev := k.current()
 	next := &published{}
 	if prev != nil {
@@ -176,7 +209,7 @@ func (k *TrustKeeper) Sync(ctx context.Context) {
 	}
 	if b := k.Runtime.Bundle(); b != nil {
 		changed := prev == nil || !bytes.Equal(b, prev.runtimeBundle)
-		clientCA, added := trust.Merge(b, extra)
+		clientCA, added := Merge(b, extra)
 		if changed || !bytes.Equal(clientCA, k.clientCA) {
 			// The gateway must trust a CA before any runtime certificate
 			// it signs reaches an SKR: publish only what the client-CA
@@ -218,7 +251,7 @@ func (k *TrustKeeper) Sync(ctx context.Context) {
 	}
 }
 
-func (k *TrustKeeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
+func (k *Keeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
 	if k.ClientCASecret.Name == "" {
 		return nil
 	}
@@ -247,21 +280,21 @@ func (k *TrustKeeper) writeClientCA(ctx context.Context, bundlePEM []byte) error
 			return err
 		}
 	}
-	recordWrite("gateway-client-ca")
+	metrics.RuntimeWrites.WithLabelValues("gateway-client-ca").Inc()
 	k.Log.Info("gateway client CA Secret written", "secret", k.ClientCASecret.String(), "cas", bytes.Count(bundlePEM, []byte("BEGIN CERTIFICATE")))
 	return nil
 }
 
 // leaf is the runtime certificate in a Certificate Secret, parsed once per
 // resourceVersion.
-func (k *TrustKeeper) leaf(s *corev1.Secret) *x509.Certificate {
+func (k *Keeper) leaf(s *corev1.Secret) *x509.Certificate {
 	if v, ok := k.leaves.Load(s.Name); ok {
 		if v.(parsedLeaf).resourceVersion == s.ResourceVersion {
 			return v.(parsedLeaf).cert
 		}
 		k.signers.Delete(v.(parsedLeaf).cert)
 	}
-	certs, _ := trust.ParseBundle(s.Data[corev1.TLSCertKey])
+	certs, _ := ParseBundle(s.Data[corev1.TLSCertKey])
 	var c *x509.Certificate
 	if len(certs) > 0 {
 		c = certs[0]
@@ -272,9 +305,9 @@ func (k *TrustKeeper) leaf(s *corev1.Secret) *x509.Certificate {
 
 // runtimeLeaves are the runtime certificates in the Kyma namespace (cached
 // reads).
-func (k *TrustKeeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certificate, error) {
+func (k *Keeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certificate, error) {
 	var list corev1.SecretList
-	if err := k.r.Client.List(ctx, &list, client.InNamespace(k.r.KymaNamespace), client.UnsafeDisableDeepCopy); err != nil {
+	if err := k.Cache.List(ctx, &list, client.InNamespace(k.KymaNamespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	out := map[string]*x509.Certificate{}
@@ -305,7 +338,7 @@ func (k *TrustKeeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certi
 // signed by it, or one given to an SKR (the one before for Settle after
 // the change: the webhook may still serve it). While a runtime's SKR state
 // is unknown (after a restart, an unreachable runtime), every CA is in use.
-func (k *TrustKeeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
+func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
 	used := make([]bool, len(cas))
 	all := func() ([]bool, error) {
 		for i := range used {
@@ -322,20 +355,20 @@ func (k *TrustKeeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certifica
 			used[i] = true
 		}
 	}
-	kymas := newKymaList()
-	if err := k.r.Client.List(ctx, kymas, client.InNamespace(k.r.KymaNamespace)); err != nil {
+	kymas := identity.NewKymaList()
+	if err := k.Cache.List(ctx, kymas, client.InNamespace(k.KymaNamespace)); err != nil {
 		return nil, err
 	}
 	index := map[string]int{}
 	for i, c := range cas {
-		index[trust.Fingerprint(c)] = i
+		index[Fingerprint(c)] = i
 	}
 	for i := range kymas.Items {
 		ky := &kymas.Items[i]
 		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
 			continue
 		}
-		v, ok := k.r.pushed.Load(client.ObjectKeyFromObject(ky).String())
+		v, ok := k.pushed.Load(client.ObjectKeyFromObject(ky).String())
 		if !ok {
 			return all()
 		}
@@ -352,7 +385,7 @@ func (k *TrustKeeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certifica
 
 // gatewayCAsInUse: a gateway CA is in use while it signs the gateway's
 // server certificate.
-func (k *TrustKeeper) gatewayCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
+func (k *Keeper) gatewayCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
 	used := make([]bool, len(cas))
 	leaf, err := k.gatewayLeaf(ctx)
 	if err != nil || leaf == nil {
@@ -363,8 +396,8 @@ func (k *TrustKeeper) gatewayCAsInUse(ctx context.Context, cas []*x509.Certifica
 		return used, err
 	}
 	fp := ""
-	if i := trust.SignedBy(leaf, cas); i >= 0 {
-		used[i], fp = true, trust.Fingerprint(cas[i])
+	if i := SignedBy(leaf, cas); i >= 0 {
+		used[i], fp = true, Fingerprint(cas[i])
 	}
 	if fp != k.gatewayLeafCA {
 		k.gatewayPrevCA, k.gatewayLeafCA, k.gatewayChangedAt = k.gatewayLeafCA, fp, time.Now()
@@ -372,14 +405,14 @@ func (k *TrustKeeper) gatewayCAsInUse(ctx context.Context, cas []*x509.Certifica
 	// The gateway may serve the certificate before for Settle (Istio's
 	// SDS push): keep its CA in the SKRs' ca.crt meanwhile.
 	for i, c := range cas {
-		if trust.Fingerprint(c) == k.gatewayPrevCA && time.Since(k.gatewayChangedAt) < k.Settle {
+		if Fingerprint(c) == k.gatewayPrevCA && time.Since(k.gatewayChangedAt) < k.Settle {
 			used[i] = true
 		}
 	}
 	return used, nil
 }
 
-func (k *TrustKeeper) gatewayCertificate(ctx context.Context) (*certmanagerv1.Certificate, error) {
+func (k *Keeper) gatewayCertificate(ctx context.Context) (*certmanagerv1.Certificate, error) {
 	if k.GatewayCertificate.Name == "" {
 		return nil, nil
 	}
@@ -390,7 +423,7 @@ func (k *TrustKeeper) gatewayCertificate(ctx context.Context) (*certmanagerv1.Ce
 	return crt, nil
 }
 
-func (k *TrustKeeper) gatewayLeaf(ctx context.Context) (*x509.Certificate, error) {
+func (k *Keeper) gatewayLeaf(ctx context.Context) (*x509.Certificate, error) {
 	crt, err := k.gatewayCertificate(ctx)
 	if err != nil || crt == nil {
 		return nil, err
@@ -399,7 +432,7 @@ func (k *TrustKeeper) gatewayLeaf(ctx context.Context) (*x509.Certificate, error
 	if err := k.Client.Get(ctx, client.ObjectKey{Namespace: crt.Namespace, Name: crt.Spec.SecretName}, s); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	certs, _ := trust.ParseBundle(s.Data[corev1.TLSCertKey])
+	certs, _ := ParseBundle(s.Data[corev1.TLSCertKey])
 	if len(certs) == 0 {
 		return nil, nil
 	}
@@ -409,26 +442,26 @@ func (k *TrustKeeper) gatewayLeaf(ctx context.Context) (*x509.Certificate, error
 // renewGatewayCertificate requests a new gateway server certificate when it
 // is not signed by the current gateway CA and every runtime holds that CA
 // (evidence, not a timer).
-func (k *TrustKeeper) renewGatewayCertificate(ctx context.Context, p *published) error {
+func (k *Keeper) renewGatewayCertificate(ctx context.Context, p *published) error {
 	if k.Gateway == nil || p.gatewayCurrent == nil || k.GatewayCertificate.Name == "" {
 		return nil
 	}
 	leaf, err := k.gatewayLeaf(ctx)
-	if err != nil || leaf == nil || trust.SignedBy(leaf, []*x509.Certificate{p.gatewayCurrent}) == 0 {
+	if err != nil || leaf == nil || SignedBy(leaf, []*x509.Certificate{p.gatewayCurrent}) == 0 {
 		return err
 	}
-	kymas := newKymaList()
-	if err := k.r.Client.List(ctx, kymas, client.InNamespace(k.r.KymaNamespace)); err != nil {
+	kymas := identity.NewKymaList()
+	if err := k.Cache.List(ctx, kymas, client.InNamespace(k.KymaNamespace)); err != nil {
 		return err
 	}
-	want := trust.Fingerprint(p.gatewayCurrent)
+	want := Fingerprint(p.gatewayCurrent)
 	waiting := 0
 	for i := range kymas.Items {
 		ky := &kymas.Items[i]
 		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
 			continue
 		}
-		held, _ := k.r.pushed.Load(client.ObjectKeyFromObject(ky).String())
+		held, _ := k.pushed.Load(client.ObjectKeyFromObject(ky).String())
 		if pr, _ := held.(pushedRuntime); !strings.Contains(pr.gatewayFP, ","+want+",") {
 			waiting++
 		}
@@ -458,7 +491,7 @@ func (k *TrustKeeper) renewGatewayCertificate(ctx context.Context, p *published)
 
 // scanLeaves fills the per-runtime certificate metrics and counts runtimes
 // on an old CA and certificates that expire soon.
-func (k *TrustKeeper) scanLeaves(ctx context.Context, p *published) {
+func (k *Keeper) scanLeaves(ctx context.Context, p *published) {
 	leaves, err := k.runtimeLeaves(ctx)
 	if err != nil {
 		k.Log.Error(err, "list runtime certificates for the expiry metrics")
@@ -470,7 +503,7 @@ func (k *TrustKeeper) scanLeaves(ctx context.Context, p *published) {
 	for id, l := range leaves {
 		ca := "unknown"
 		if i := k.signedBy(l, p.runtimeCAs); i >= 0 {
-			ca = trust.Fingerprint(p.runtimeCAs[i])
+			ca = Fingerprint(p.runtimeCAs[i])
 		}
 		series[[2]string{id, ca}] = true
 		metrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
@@ -512,7 +545,7 @@ func requestIssuing(ctx context.Context, c client.Client, crt *certmanagerv1.Cer
 	if err := c.Status().Patch(ctx, crt, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return false, fmt.Errorf("request renewal of Certificate %s/%s: %w", crt.Namespace, crt.Name, err)
 	}
-	recordWrite("certificate-renewal")
+	metrics.RuntimeWrites.WithLabelValues("certificate-renewal").Inc()
 	return true, nil
 }
 
@@ -521,7 +554,7 @@ func gatewayFingerprints(cas []*x509.Certificate) string {
 	var b strings.Builder
 	b.WriteString(",")
 	for _, c := range cas {
-		b.WriteString(trust.Fingerprint(c) + ",")
+		b.WriteString(Fingerprint(c) + ",")
 	}
 	return b.String()
 }
