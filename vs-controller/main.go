@@ -24,6 +24,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -144,7 +145,7 @@ func main() {
 	}
 
 	if readyURL != "" {
-		o.Adoption.Ready = runtimes.URLReady(readyURL)
+		o.Adoption.Ready = takeover.URLReady(readyURL)
 	}
 
 	cfg := ctrl.GetConfigOrDie()

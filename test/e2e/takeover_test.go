@@ -34,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
 // Take-over of a runtime that Lifecycle Manager (LM) set up
@@ -116,10 +117,10 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 
 		By("giving the Kyma its skr-domain back: vs-controller finds LM active and waits")
 		patchKyma(ctx, n, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationSKRDomain, n.SKRDomain))
-		Eventually(func(g Gomega) []string { return kymaEventReasons(ctx, g, n) }).Should(ContainElement(runtimes.ReasonLMActive))
-		takeover := &metav1.PartialObjectMetadata{}
-		takeover.SetGroupVersionKind(bundle.DeploymentGVK)
-		err = env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.TakeoverName}, takeover)
+		Eventually(func(g Gomega) []string { return kymaEventReasons(ctx, g, n) }).Should(ContainElement(takeover.ReasonLMActive))
+		takeoverDeployment := &metav1.PartialObjectMetadata{}
+		takeoverDeployment.SetGroupVersionKind(bundle.DeploymentGVK)
+		err = env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.TakeoverName}, takeoverDeployment)
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no take-over Deployment while LM is not stopped: %v", err)
 
 		By("writing watched objects continuously; events flow through LM's webhook")
@@ -139,12 +140,12 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 
 		By("stopping LM for the runtime (skip-reconciliation): vs-controller takes over")
 		start := time.Now()
-		patchKyma(ctx, n, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, runtimes.SkipReconciliationLabel))
+		patchKyma(ctx, n, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, takeover.SkipReconciliationLabel))
 		Eventually(func(g Gomega) []string { return kymaEventReasons(ctx, g, n) }).WithTimeout(2 * time.Minute).
-			Should(ContainElement(runtimes.ReasonAdopted))
+			Should(ContainElement(takeover.ReasonAdopted))
 		AddReportEntry("take-over: skip-reconciliation to admission switched", time.Since(start).Round(time.Millisecond).String())
 		Eventually(func(g Gomega) []string { return kymaEventReasons(ctx, g, n) }).WithTimeout(2 * time.Minute).
-			Should(ContainElement(runtimes.ReasonAdoptionDone))
+			Should(ContainElement(takeover.ReasonAdoptionDone))
 		AddReportEntry("take-over: skip-reconciliation to completed", time.Since(start).Round(time.Millisecond).String())
 		// Writes go on after the switch, now reviewed by our webhook.
 		Eventually(func() float64 { return ourReviews(ctx, n) }).Should(BeNumerically(">=", ourBefore+10))
@@ -216,7 +217,7 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 		Expect(vwc.Labels).NotTo(HaveKey(bundle.LMManagedByLabel))
 		for _, e := range vwc.ManagedFields {
 			// A later apply removes only what vs-controller's apply owns.
-			Expect(e.Manager).NotTo(Equal(runtimes.LMFieldManager))
+			Expect(e.Manager).NotTo(Equal(takeover.LMFieldManager))
 			Expect(e.Operation).To(Equal(metav1.ManagedFieldsOperationApply), "field manager %s", e.Manager)
 		}
 		for _, wh := range vwc.Webhooks {
@@ -247,7 +248,7 @@ func restoreAfterTakeover(ctx SpecContext, n sample, tc e2e.TakeoverControls, lm
 		Expect((*lmHook).Stop()).To(Succeed())
 	}
 	patchKyma(ctx, n, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q},"labels":{%q:null}}}`,
-		contract.AnnotationSKRDomain, n.SKRDomain, runtimes.SkipReconciliationLabel))
+		contract.AnnotationSKRDomain, n.SKRDomain, takeover.SkipReconciliationLabel))
 	Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: lmSecret.Namespace, Name: lmSecret.Name}}))).To(Succeed())
 	Expect(tc.RestartController(ctx)).To(Succeed())
 	Eventually(func(g Gomega) {
@@ -288,7 +289,7 @@ func applyLMBundle(ctx context.Context, n sample, ca *pki.CA, leaf *pki.Leaf, ho
 					"ca.crt": b64(ca.PEM), "tls.crt": b64(leaf.CertPEM), "tls.key": b64(leaf.KeyPEM)}, "data")).To(Succeed())
 			}
 			Expect(env.SKR().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-				client.FieldOwner(runtimes.LMFieldManager), client.ForceOwnership)).To(Succeed(), f)
+				client.FieldOwner(takeover.LMFieldManager), client.ForceOwnership)).To(Succeed(), f)
 		}
 	}
 }

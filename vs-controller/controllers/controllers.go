@@ -35,6 +35,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -73,7 +74,7 @@ type Options struct {
 	// Trust.CASecret is empty.
 	Trust trust.Options
 	// Adoption: the take-over of runtimes Lifecycle Manager set up.
-	Adoption runtimes.Adoption
+	Adoption takeover.Options
 
 	// SkipNameValidation lets tests build several managers in one process.
 	SkipNameValidation bool

@@ -23,7 +23,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
 // applyLMBundle applies LM's ten SKR objects (test/fixtures/lifecycle-manager/skr-bundle)
@@ -40,7 +40,7 @@ func applyLMBundle(ctx context.Context) {
 					u.SetNamespace("")
 				}
 				Expect(skr.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-					client.FieldOwner(runtimes.LMFieldManager), client.ForceOwnership)).To(Succeed(), f)
+					client.FieldOwner(takeover.LMFieldManager), client.ForceOwnership)).To(Succeed(), f)
 			}
 		}
 	}
@@ -71,7 +71,7 @@ func lmLeft(ctx context.Context) func() ([]bundle.Ref, error) {
 	return func() ([]bundle.Ref, error) { return bundle.FindLifecycleManager(ctx, skr.Client, bundle.Options{}) }
 }
 
-// takeOver returns the Kyma's condition runtimes.ConditionTakeOver ("" reason
+// takeOver returns the Kyma's condition takeover.ConditionTakeOver ("" reason
 // when absent), the Kyma's resourceVersion and all its condition types.
 func takeOver(ctx context.Context, name string) (metav1.Condition, string, []string) {
 	k := newKyma(name, "", "")
@@ -84,7 +84,7 @@ func takeOver(ctx context.Context, name string) (metav1.Condition, string, []str
 		var c metav1.Condition
 		ExpectWithOffset(1, runtime.DefaultUnstructuredConverter.FromUnstructured(v.(map[string]any), &c)).To(Succeed())
 		types = append(types, c.Type)
-		if c.Type == runtimes.ConditionTakeOver {
+		if c.Type == takeover.ConditionTakeOver {
 			out = c
 		}
 	}
@@ -163,35 +163,35 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 	})
 
 	It("waits while LM is not stopped for the runtime, touching nothing", func(ctx SpecContext) {
-		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Warning/" + runtimes.ReasonLMActive))
+		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Warning/" + takeover.ReasonLMActive))
 		Expect(lmLeft(ctx)()).To(HaveLen(10))
-		Expect(kymaMessages(ctx, kymaName, runtimes.ReasonLMActive)).To(ContainElement(ContainSubstring("CN=klm-watcher-selfsigned-ca")),
+		Expect(kymaMessages(ctx, kymaName, takeover.ReasonLMActive)).To(ContainElement(ContainSubstring("CN=klm-watcher-selfsigned-ca")),
 			"the Event names the issuer of LM's certificate in the SKR")
 		Expect(testutil.ToFloat64(metrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(1))
 		Expect(onLMCertificate()).To(Equal([]string{runtimeID + "/" + kymaName + "=1"}), "the per-runtime gauge names it")
-		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(runtimes.CondReasonWaitingForLM))
+		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(takeover.CondReasonWaitingForLM))
 		cond, _, _ := takeOver(ctx, kymaName)
 		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
 		Expect(cond.Message).To(ContainSubstring("CN=klm-watcher-selfsigned-ca"))
-		Expect(cond.Message).To(ContainSubstring(runtimes.SkipReconciliationLabel + "=true"))
+		Expect(cond.Message).To(ContainSubstring(takeover.SkipReconciliationLabel + "=true"))
 
 		By("writing nothing on a second pass")
 		_, rv, _ := takeOver(ctx, kymaName)
 		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
 		passes := testutil.ToFloat64(metrics.Adoptions.WithLabelValues("lm-active"))
-		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "false") // a pass, still waiting
+		setKymaLabel(ctx, kymaName, takeover.SkipReconciliationLabel, "false") // a pass, still waiting
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Adoptions.WithLabelValues("lm-active")) }).Should(BeNumerically(">", passes))
 		_, rv2, types := takeOver(ctx, kymaName)
 		Expect(testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
 		Expect(rv2).NotTo(Equal(rv), "the label's update")
-		Expect(types).To(ConsistOf(lmCondition, runtimes.ConditionTakeOver))
+		Expect(types).To(ConsistOf(lmCondition, takeover.ConditionTakeOver))
 
 		err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.TakeoverName}, &appsv1.Deployment{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no take-over Deployment before LM is stopped")
 	})
 
 	It("brings up its webhook beside LM's once the Kyma says LM is stopped, and waits for it", func(ctx SpecContext) {
-		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "true")
+		setKymaLabel(ctx, kymaName, takeover.SkipReconciliationLabel, "true")
 
 		dep := &appsv1.Deployment{}
 		Eventually(skrGet(ctx, dep, bundle.DefaultNamespace, bundle.TakeoverName)).Should(Succeed())
@@ -202,9 +202,9 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(skrGet(ctx, sec, bundle.DefaultNamespace, bundle.TakeoverSecretName)()).To(Succeed())
 		Expect(sec.Type).To(Equal(corev1.SecretTypeTLS))
 		Expect(sec.Data[bundle.KeyCA]).To(Equal(ca.PEM))
-		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonAdoptionWaits))
+		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + takeover.ReasonAdoptionWaits))
 		cond, _, _ := takeOver(ctx, kymaName)
-		Expect(cond.Reason).To(Equal(runtimes.CondReasonAdopting))
+		Expect(cond.Reason).To(Equal(takeover.CondReasonAdopting))
 		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
 		Expect(onLMCertificate()).To(Equal([]string{runtimeID + "/" + kymaName + "=1"}), "still on LM's certificate")
 
@@ -219,10 +219,10 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 	It("switches admission when its webhook is ready, then removes LM's objects", func(ctx SpecContext) {
 		setReady(ctx, bundle.TakeoverName)
 		Eventually(lmLeft(ctx)).Should(BeEmpty())
-		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonAdopted))
+		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + takeover.ReasonAdopted))
 		Expect(testutil.ToFloat64(metrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(0))
 		Expect(onLMCertificate()).To(BeEmpty(), "the runtime's series is deleted")
-		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(runtimes.CondReasonTakenOver))
+		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(takeover.CondReasonTakenOver))
 		cond, _, _ := takeOver(ctx, kymaName)
 		Expect(cond.Status).To(Equal(metav1.ConditionTrue))
 
@@ -237,7 +237,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		}
 		Expect(names).To(Equal(usableWebhookNames(ctx)), "ours, not LM's kcp-system.klm-watcher")
 		for _, m := range vwc.ManagedFields {
-			Expect(m.Manager).NotTo(Equal(runtimes.LMFieldManager))
+			Expect(m.Manager).NotTo(Equal(takeover.LMFieldManager))
 		}
 
 		svc := &corev1.Service{}
@@ -245,7 +245,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(svc.Spec.Selector).To(Equal(map[string]string{"app.kubernetes.io/name": bundle.Name}), "LM's app: skr-webhook is gone")
 		Expect(svc.Labels).NotTo(HaveKey(bundle.LMManagedByLabel))
 		for _, m := range svc.ManagedFields {
-			Expect(m.Manager).NotTo(Equal(runtimes.LMFieldManager))
+			Expect(m.Manager).NotTo(Equal(takeover.LMFieldManager))
 		}
 
 		// Our bundle under its own names, created new (immutable fields).
@@ -271,16 +271,16 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Eventually(func() bool {
 			return apierrors.IsNotFound(skrGet(ctx, &corev1.Secret{}, bundle.DefaultNamespace, bundle.TakeoverSecretName)())
 		}).Should(BeTrue())
-		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonAdoptionDone))
+		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + takeover.ReasonAdoptionDone))
 		Expect(lmLeft(ctx)()).To(BeEmpty())
 
 		By("keeping the condition, LM's condition, and writing nothing on a second pass")
 		cond, _, types := takeOver(ctx, kymaName)
-		Expect(cond.Reason).To(Equal(runtimes.CondReasonTakenOver))
-		Expect(types).To(ConsistOf(lmCondition, runtimes.ConditionTakeOver))
+		Expect(cond.Reason).To(Equal(takeover.CondReasonTakenOver))
+		Expect(types).To(ConsistOf(lmCondition, takeover.ConditionTakeOver))
 		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
 		passes := testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged"))
-		setKymaLabel(ctx, kymaName, runtimes.SkipReconciliationLabel, "") // a pass
+		setKymaLabel(ctx, kymaName, takeover.SkipReconciliationLabel, "") // a pass
 		_, rv, _ := takeOver(ctx, kymaName)
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged")) }).Should(BeNumerically(">", passes))
 		cond2, rv2, _ := takeOver(ctx, kymaName)

@@ -29,6 +29,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
 func newKyma(name, runtimeID, domain string) *unstructured.Unstructured {
@@ -159,7 +160,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
 		_, _, conditions := takeOver(ctx, kymaName)
-		Expect(conditions).NotTo(ContainElement(runtimes.ConditionTakeOver), "only the Kymas of runtimes LM set up get the take-over condition")
+		Expect(conditions).NotTo(ContainElement(takeover.ConditionTakeOver), "only the Kymas of runtimes LM set up get the take-over condition")
 		Expect(usableWebhookNames(ctx)).To(ContainElements(
 			watcherNS+".lifecycle-manager.operator.kyma-project.io",
 			watcherNS+".status-watcher.operator.kyma-project.io"))

@@ -31,7 +31,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
 const (
@@ -97,7 +97,7 @@ var _ = BeforeSuite(func() {
 		SKRTimeout:             3 * time.Second,
 		WatcherDebounce:        50 * time.Millisecond,
 		KubeconfigRetry:        time.Second,
-		Adoption:               runtimes.Adoption{Poll: 200 * time.Millisecond},
+		Adoption:               takeover.Options{Poll: 200 * time.Millisecond},
 		SkipNameValidation:     true,
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -98,8 +98,8 @@ func (r *Reconciler) forget(runtimeKey string) {
 	if r.Trust != nil {
 		r.Trust.Forget(runtimeKey)
 	}
-	r.adopted.Delete(runtimeKey)
-	r.lmCerts.forget(runtimeKey)
-	r.conditions.Delete(runtimeKey)
+	if r.TakeOver != nil {
+		r.TakeOver.Forget(runtimeKey)
+	}
 	r.unlabelled.Delete(runtimeKey)
 }

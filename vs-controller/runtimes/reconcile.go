@@ -90,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	btls := &bundle.TLS{CA: trusted.GatewayCA, Cert: tls.Cert, Key: tls.Key}
-	proceed, res, err := r.adopt(ctx, kyma, req.String(), skr, btls, trusted.CABundle)
+	proceed, res, err := r.TakeOver.Adopt(ctx, kyma, req.String(), skr, btls, trusted.CABundle)
 	if err == nil && !proceed {
 		return res, nil
 	}
@@ -122,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The readiness check verifies our webhook with the runtime CA bundle
 	// (btls.CA is the gateway's, for the SKR's ca.crt).
-	if res, err := r.finishAdoption(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.CABundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
+	if res, err := r.TakeOver.Finish(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.CABundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
 	if r.Resync > 0 {

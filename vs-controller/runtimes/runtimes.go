@@ -8,8 +8,12 @@
 //
 // The package wires and writes; what it writes is built elsewhere: the
 // Certificate by package certificates, the bundle by package bundle, and the
-// runtime clients come from package skrclient. Files: setup.go (watches and
-// event mapping), reconcile.go (one pass), finalize.go (removal).
+// runtime clients come from package skrclient. It calls the take-over of
+// runtimes Lifecycle Manager set up (package takeover, through the TakeOver
+// interface) and the trust keeper (package trust) for the CA bundles its
+// bundle carries. Files: setup.go (watches and event mapping), reconcile.go
+// (one pass), finalize.go (removal), expiry.go (the trust a bundle carries,
+// certificate expiry).
 //
 // Conventions (documented in the README):
 //   - runtime ID: the Kyma's label kyma-project.io/runtime-id, else its name;
@@ -20,12 +24,15 @@
 package runtimes
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -33,6 +40,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -41,8 +49,8 @@ const (
 	// before the Kyma goes away.
 	Finalizer = "operator.kyma-project.io/runtime-watcher"
 	// FieldOwner is the server-side apply field manager, in the KCP and in
-	// every SKR.
-	FieldOwner = "vs-controller"
+	// every SKR (apply.FieldOwner).
+	FieldOwner = apply.FieldOwner
 	// ControllerName names the controller (logs, metrics).
 	ControllerName = "runtime-skr-bundle"
 	// DefaultKymaNamespace is where Kyma CRs, kubeconfig Secrets and
@@ -114,18 +122,16 @@ type Reconciler struct {
 	Trust *trust.Keeper
 
 	// Adoption configures the take-over of runtimes Lifecycle Manager set
-	// up (adopt.go).
-	Adoption Adoption
+	// up (package takeover), when TakeOver is nil.
+	Adoption takeover.Options
+	// TakeOver adopts runtimes Lifecycle Manager set up; a
+	// takeover.TakeOver with Adoption when nil.
+	TakeOver TakeOver
 
 	memo apply.Memo
 	// unlabelled: runtime key -> true once an unlabelled kubeconfig Secret
 	// was logged (once per runtime and process).
 	unlabelled sync.Map
-	adopted    sync.Map // runtime key -> true: no LM or take-over objects seen
-	lmCerts    lmCertificates
-	// conditions: runtime key -> the take-over condition last found or
-	// written on its Kyma (condition.go).
-	conditions sync.Map
 	webhooks   bundle.WebhookConfigurations
 	bundles    bundle.Bundles
 }
@@ -143,6 +149,31 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// TakeOver is the take-over of runtimes Lifecycle Manager set up, as the
+// reconciler uses it (takeover.TakeOver).
+type TakeOver interface {
+	// Adopt runs before the bundle pass; the pass runs only when proceed.
+	Adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, tls *bundle.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error)
+	// Finish runs after a successful bundle pass (tls.CA: the runtime CA
+	// bundle).
+	Finish(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, tls *bundle.TLS) (ctrl.Result, error)
+	// Forget drops what is known of a runtime (removed).
+	Forget(runtimeKey string)
+}
+
+// skrBundle is the reconciler's bundle as the take-over uses it.
+type skrBundle struct{ r *Reconciler }
+
+func (b skrBundle) Desired(ctx context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
+	return b.r.desiredBundle(ctx, tls, caBundle)
+}
+
+func (b skrBundle) Apply(ctx context.Context, runtimeKey string, skr client.Client, objs []*unstructured.Unstructured) (int, error) {
+	return b.r.applyObjects(ctx, runtimeKey, skr, objs)
+}
+
+func (b skrBundle) ForgetApplied(runtimeKey string) { b.r.memo.ForgetPrefix(runtimeKey + "|") }
 
 // SKRClients is a cache of runtime clients that know the SKR bundle's kinds
 // (no discovery), with vs-controller's user agent and the default timeout.

@@ -26,6 +26,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
 // SetupWithManager registers the controller and an index of Kymas by
@@ -48,6 +49,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	if r.KubeconfigRetry <= 0 {
 		r.KubeconfigRetry = defaultKubeconfigRetry
+	}
+	if r.TakeOver == nil {
+		r.TakeOver = &takeover.TakeOver{Options: r.Adoption, Client: r.Client, APIReader: r.APIReader,
+			Recorder: r.Recorder, Bundle: r.Bundle, SKR: skrBundle{r}, Resync: r.Resync}
 	}
 	if err := identity.IndexRuntimeID(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -84,13 +89,14 @@ func kymaOwner(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // kymaChanged passes Kyma updates that matter here: deletion, skr-domain,
-// runtime ID, our finalizer, LM's skip-reconciliation label (adopt.go).
+// runtime ID, our finalizer, LM's skip-reconciliation label (package
+// takeover).
 func kymaChanged(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld, e.ObjectNew
 	return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
 		o.GetAnnotations()[contract.AnnotationSKRDomain] != n.GetAnnotations()[contract.AnnotationSKRDomain] ||
 		RuntimeID(o) != RuntimeID(n) ||
-		o.GetLabels()[SkipReconciliationLabel] != n.GetLabels()[SkipReconciliationLabel] ||
+		o.GetLabels()[takeover.SkipReconciliationLabel] != n.GetLabels()[takeover.SkipReconciliationLabel] ||
 		controllerutil.ContainsFinalizer(o, Finalizer) != controllerutil.ContainsFinalizer(n, Finalizer)
 }
 

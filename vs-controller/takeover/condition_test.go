@@ -1,4 +1,4 @@
-package runtimes
+package takeover
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 )
 
 // kymaConditions reads the Kyma's status.conditions.
 func kymaConditions(t *testing.T, c client.Client, key client.ObjectKey) []metav1.Condition {
 	t.Helper()
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(kymaGVK)
+	u.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 	if err := c.Get(context.Background(), key, u); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func kymaConditions(t *testing.T, c client.Client, key client.ObjectKey) []metav
 
 func TestSetTakeOverCondition(t *testing.T) {
 	kyma := &unstructured.Unstructured{}
-	kyma.SetGroupVersionKind(kymaGVK)
+	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 	kyma.SetNamespace("kcp-system")
 	kyma.SetName("kyma-a")
 	lmCond := map[string]any{"type": "Ready", "status": "True", "reason": "Ready", "message": "LM's", "lastTransitionTime": "2026-01-02T03:04:05Z", "observedGeneration": int64(3)}
@@ -52,7 +54,7 @@ func TestSetTakeOverCondition(t *testing.T) {
 	key := client.ObjectKeyFromObject(kyma)
 	ctx := context.Background()
 
-	step := func(r *Reconciler, cond metav1.Condition, wantPatches int) metav1.Condition {
+	step := func(r *TakeOver, cond metav1.Condition, wantPatches int) metav1.Condition {
 		t.Helper()
 		if err := r.setTakeOverCondition(ctx, kyma, key.String(), cond); err != nil {
 			t.Fatal(err)
@@ -71,7 +73,7 @@ func TestSetTakeOverCondition(t *testing.T) {
 		return *got
 	}
 
-	r := &Reconciler{Client: c}
+	r := &TakeOver{Client: c}
 	waiting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1)
 	step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1) // remembered: no read, no write
 	time.Sleep(1100 * time.Millisecond)                                               // lastTransitionTime has seconds
@@ -84,7 +86,7 @@ func TestSetTakeOverCondition(t *testing.T) {
 		t.Error("False to True: lastTransitionTime not changed")
 	}
 	// A restarted controller (nothing remembered) reads and finds it set.
-	step(&Reconciler{Client: c}, takenOver, 3)
+	step(&TakeOver{Client: c}, takenOver, 3)
 	if n := len(kymaConditions(t, c, key)); n != 2 {
 		t.Errorf("%d conditions, want LM's and ours", n)
 	}

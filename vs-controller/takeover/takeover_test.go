@@ -1,4 +1,4 @@
-package runtimes
+package takeover
 
 import (
 	"context"

@@ -1,18 +1,20 @@
-package runtimes
-
-// Adoption: taking over a runtime whose SKR Lifecycle Manager (LM) set up,
-// without a gap in admission coverage (docs/migrating-from-lifecycle-manager.md).
+// Package takeover takes over runtimes whose SKR Lifecycle Manager (LM)
+// set up, without a gap in admission coverage
+// (docs/migrating-from-lifecycle-manager.md). The runtime reconciler
+// (package runtimes) calls Adopt before its bundle pass and Finish after
+// it; the take-over uses the reconciler's bundle through the Bundle
+// interface.
 //
 // A pass that finds LM's objects in the SKR (bundle.FindLifecycleManager):
 //  1. waits unless LM is stopped for this runtime (the Kyma's label
 //     operator.kyma-project.io/skip-reconciliation: "true") or
-//     Adoption.WithoutSkipReconciliation is set: LM re-applies its objects
+//     Options.WithoutSkipReconciliation is set: LM re-applies its objects
 //     by kind and name with forced server-side apply, so fighting it would
 //     be an endless loop;
 //  2. brings up our webhook beside LM's under other names (Deployment
 //     skr-webhook-takeover with Secret skr-webhook-takeover-tls: LM's
 //     Deployment selector and Secret type are immutable);
-//  3. waits until Adoption.Ready says that webhook serves;
+//  3. waits until Options.Ready says that webhook serves;
 //  4. switches admission: adds our CA to LM's webhook configuration (so
 //     both webhooks are trusted behind the Service), points the Service
 //     skr-webhook at our pods, then replaces the webhook configuration with
@@ -21,7 +23,10 @@ package runtimes
 //     PriorityClass, NetworkPolicies).
 //
 // The normal bundle pass then creates our skr-webhook Deployment and
-// Secret; once that Deployment is ready the take-over objects go.
+// Secret; once that Deployment is ready (Finish) the take-over objects go.
+// The take-over condition on the Kyma says where a runtime is
+// (condition.go).
+package takeover
 
 import (
 	"bytes"
@@ -42,10 +47,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
@@ -71,8 +78,8 @@ const (
 // tls is the runtime's certificate (its CA verifies the webhook).
 type ReadyFunc func(ctx context.Context, skr client.Client, deployment client.ObjectKey, tls *bundle.TLS) (bool, error)
 
-// Adoption configures the take-over of runtimes LM set up.
-type Adoption struct {
+// Options configure the take-over of runtimes LM set up.
+type Options struct {
 	// WithoutSkipReconciliation adopts even when the Kyma lacks
 	// SkipReconciliationLabel (LM stopped some other way, e.g. scaled to 0).
 	WithoutSkipReconciliation bool
@@ -118,23 +125,79 @@ func URLReady(url string) ReadyFunc {
 	}
 }
 
-func (r *Reconciler) ready() ReadyFunc {
-	if r.Adoption.Ready != nil {
-		return r.Adoption.Ready
+// Bundle is what the take-over uses of the runtime reconciler: the SKR
+// bundle it keeps, and its writes.
+type Bundle interface {
+	// Desired is the runtime's SKR bundle in apply order for the runtime
+	// certificate tls (tls.CA: the Secret's ca.crt) and the webhook
+	// configuration's caBundle.
+	Desired(ctx context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error)
+	// Apply writes those of objs that differ from the SKR's and returns
+	// how many it wrote.
+	Apply(ctx context.Context, runtimeKey string, skr client.Client, objs []*unstructured.Unstructured) (int, error)
+	// ForgetApplied forgets what the runtime's SKR is known to hold (the
+	// take-over changed it behind Apply's back).
+	ForgetApplied(runtimeKey string)
+}
+
+// TakeOver takes over runtimes LM set up. Safe for concurrent use by the
+// reconciler's workers (one runtime at a time each).
+type TakeOver struct {
+	Options
+	// Client of the KCP (the manager's cached client): writes the Kyma's
+	// status.
+	Client client.Client
+	// APIReader reads Kymas in full (uncached); Client when nil.
+	APIReader client.Reader
+	// Recorder reports the take-over's steps on the Kyma; none when nil.
+	Recorder record.EventRecorder
+	// Bundle shapes the SKR objects (the names of LM's and ours).
+	Bundle bundle.Options
+	// SKR is the runtime reconciler's bundle.
+	SKR Bundle
+	// Resync: a runtime waiting for LM to be stopped is looked at again
+	// after this long; only on a change of its Kyma when not positive.
+	Resync time.Duration
+
+	adopted sync.Map // runtime key -> true: no LM or take-over objects seen
+	lmCerts lmCertificates
+	// conditions: runtime key -> the take-over condition last found or
+	// written on its Kyma (condition.go).
+	conditions sync.Map
+}
+
+// Forget drops what is known of a runtime (removed).
+func (r *TakeOver) Forget(runtimeKey string) {
+	r.adopted.Delete(runtimeKey)
+	r.lmCerts.forget(runtimeKey)
+	r.conditions.Delete(runtimeKey)
+}
+
+func (r *TakeOver) event(kyma runtime.Object, typ, reason, msg string) {
+	if r.Recorder != nil {
+		r.Recorder.Event(kyma, typ, reason, msg)
+	}
+}
+
+func recordWrite(kind string) { metrics.RuntimeWrites.WithLabelValues(kind).Inc() }
+
+func (r *TakeOver) ready() ReadyFunc {
+	if r.Ready != nil {
+		return r.Ready
 	}
 	return DeploymentReady
 }
 
-func (r *Reconciler) poll() ctrl.Result {
-	if r.Adoption.Poll > 0 {
-		return ctrl.Result{RequeueAfter: r.Adoption.Poll}
+func (r *TakeOver) poll() ctrl.Result {
+	if r.Poll > 0 {
+		return ctrl.Result{RequeueAfter: r.Poll}
 	}
 	return ctrl.Result{RequeueAfter: defaultAdoptionPoll}
 }
 
-// adopt runs before the bundle pass. It reports whether the bundle pass may
+// Adopt runs before the bundle pass. It reports whether the bundle pass may
 // run; when not, res says when to look again.
-func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *bundle.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error) {
+func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *bundle.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error) {
 	if _, clean := r.adopted.Load(runtimeKey); clean {
 		return true, ctrl.Result{}, nil
 	}
@@ -152,14 +215,14 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 			if err != nil {
 				return false, ctrl.Result{}, fmt.Errorf("read Lifecycle Manager's Secret %s: %w", ref.Key, err)
 			}
-			r.lmCerts.set(runtimeKey, lmCertificate{runtimeID: RuntimeID(kyma), kyma: kyma.GetName(), issuer: issuer})
+			r.lmCerts.set(runtimeKey, lmCertificate{runtimeID: identity.RuntimeIDOf(kyma), kyma: kyma.GetName(), issuer: issuer})
 			onLM = fmt.Sprintf("; its webhook still uses LM's certificate, issued by %q", issuer)
 		}
 	}
 	if onLM == "" {
 		r.lmCerts.forget(runtimeKey)
 	}
-	if !r.Adoption.WithoutSkipReconciliation && kyma.GetLabels()[SkipReconciliationLabel] != "true" {
+	if !r.WithoutSkipReconciliation && kyma.GetLabels()[SkipReconciliationLabel] != "true" {
 		// The message must not change from pass to pass (no object
 		// counts): the condition is written only when it changes.
 		if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, fmt.Sprintf(
@@ -171,7 +234,7 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 			"Lifecycle Manager's skr-webhook is in the runtime (%d object(s))%s, and LM is not stopped for it: label this Kyma %s=true; the take-over waits",
 			len(lm), onLM, SkipReconciliationLabel))
 		metrics.Adoptions.WithLabelValues("lm-active").Inc()
-		// The label's arrival triggers the next pass (kymaChanged); the
+		// The label's arrival triggers the next pass (the runtime reconciler watches it); the
 		// resync looks again in case LM's objects go another way.
 		if r.Resync > 0 {
 			return false, ctrl.Result{RequeueAfter: r.Resync}, nil
@@ -200,7 +263,7 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 		return fail(err)
 	}
 	var managers []*unstructured.Unstructured
-	all, err := r.desiredBundle(ctx, t, caBundle)
+	all, err := r.SKR.Desired(ctx, t, caBundle)
 	if err != nil {
 		return fail(err)
 	}
@@ -230,7 +293,7 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 			side = append(side, managers...)
 		}
 	}
-	if _, err := r.applyObjects(ctx, runtimeKey, skr, side); err != nil {
+	if _, err := r.SKR.Apply(ctx, runtimeKey, skr, side); err != nil {
 		return fail(err)
 	}
 
@@ -275,7 +338,7 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 		"took over from Lifecycle Manager: admission switched to runtime-watcher's skr-webhook, %d object(s) of LM removed", removed))
 	metrics.Adoptions.WithLabelValues("switched").Inc()
 	r.lmCerts.forget(runtimeKey)
-	r.memo.ForgetPrefix(runtimeKey + "|")
+	r.SKR.ForgetApplied(runtimeKey)
 	if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takenOver); err != nil {
 		// finishAdoption sets it again while the take-over objects remain.
 		log.FromContext(ctx).Error(err, "take over from Lifecycle Manager")
@@ -287,10 +350,10 @@ func (r *Reconciler) adopt(ctx context.Context, kyma client.Object, runtimeKey s
 var takenOver = takeOverCondition(metav1.ConditionTrue, CondReasonTakenOver,
 	"admission is switched to runtime-watcher's skr-webhook and Lifecycle Manager's objects are removed from the runtime: its webhook posts with runtime-watcher's certificate")
 
-// finishAdoption runs after a successful bundle pass: once our skr-webhook
+// Finish runs after a successful bundle pass: once our skr-webhook
 // Deployment is ready it removes the take-over objects, then remembers the
 // runtime as clean (no more reads for LM's objects until it is forgotten).
-func (r *Reconciler) finishAdoption(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *bundle.TLS) (ctrl.Result, error) {
+func (r *TakeOver) Finish(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *bundle.TLS) (ctrl.Result, error) {
 	if _, clean := r.adopted.Load(runtimeKey); clean {
 		return ctrl.Result{}, nil
 	}
@@ -336,7 +399,7 @@ func (r *Reconciler) finishAdoption(ctx context.Context, kyma client.Object, run
 // trustOurCA adds ca to every Service-based webhook of LM's webhook
 // configuration, so that while the Service switches from LM's pods to ours
 // both are trusted. A webhook configuration that is not LM's is left alone.
-func (r *Reconciler) trustOurCA(ctx context.Context, skr client.Client, ca []byte) error {
+func (r *TakeOver) trustOurCA(ctx context.Context, skr client.Client, ca []byte) error {
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := skr.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc); err != nil {
 		return client.IgnoreNotFound(err)
@@ -356,7 +419,7 @@ func (r *Reconciler) trustOurCA(ctx context.Context, skr client.Client, ca []byt
 	if !changed {
 		return nil
 	}
-	if err := skr.Update(ctx, vwc, client.FieldOwner(FieldOwner)); err != nil {
+	if err := skr.Update(ctx, vwc, client.FieldOwner(apply.FieldOwner)); err != nil {
 		return fmt.Errorf("add our CA to Lifecycle Manager's webhook configuration: %w", err)
 	}
 	recordWrite("skr-adopt-ca")
@@ -427,7 +490,7 @@ func replaceLifecycleManagers(ctx context.Context, skr client.Client, desired *u
 		kept = []metav1.ManagedFieldsEntry{{}}
 	}
 	live.SetManagedFields(kept)
-	if err := skr.Update(ctx, live, client.FieldOwner(FieldOwner)); err != nil {
+	if err := skr.Update(ctx, live, client.FieldOwner(apply.FieldOwner)); err != nil {
 		return fmt.Errorf("take over %s %s: %w", desired.GetKind(), client.ObjectKeyFromObject(desired), err)
 	}
 	return ownByApply(ctx, skr, desired)
@@ -447,7 +510,7 @@ const beforeFirstApply = "before-first-apply"
 // before-first-apply.
 func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Unstructured) error {
 	key := client.ObjectKeyFromObject(desired)
-	if err := skr.Patch(ctx, desired.DeepCopy(), client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := skr.Patch(ctx, desired.DeepCopy(), client.Apply, client.FieldOwner(apply.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("take over %s %s: apply: %w", desired.GetKind(), key, err)
 	}
 	live := &unstructured.Unstructured{}
@@ -457,7 +520,7 @@ func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Un
 	}
 	var kept []metav1.ManagedFieldsEntry
 	for _, e := range live.GetManagedFields() {
-		if e.Operation != metav1.ManagedFieldsOperationUpdate || e.Manager != FieldOwner && e.Manager != beforeFirstApply {
+		if e.Operation != metav1.ManagedFieldsOperationUpdate || e.Manager != apply.FieldOwner && e.Manager != beforeFirstApply {
 			kept = append(kept, e)
 		}
 	}
@@ -465,7 +528,7 @@ func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Un
 		return nil
 	}
 	live.SetManagedFields(kept)
-	if err := skr.Update(ctx, live, client.FieldOwner(FieldOwner)); err != nil {
+	if err := skr.Update(ctx, live, client.FieldOwner(apply.FieldOwner)); err != nil {
 		return fmt.Errorf("take over %s %s: field ownership: %w", desired.GetKind(), key, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package runtimes
+package takeover
 
 // The take-over condition on the Kyma (docs/migrating-from-lifecycle-manager.md,
 // "Watching progress"): only the Kymas of runtimes Lifecycle Manager set
@@ -14,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 )
 
 const (
@@ -50,7 +53,7 @@ func takeOverCondition(status metav1.ConditionStatus, reason, msg string) metav1
 // status.conditions with an optimistic lock, keeping every other condition
 // (Lifecycle Manager's) as it is, retried on a conflict. lastTransitionTime
 // changes only with the status.
-func (r *Reconciler) setTakeOverCondition(ctx context.Context, kyma client.Object, runtimeKey string, c metav1.Condition) error {
+func (r *TakeOver) setTakeOverCondition(ctx context.Context, kyma client.Object, runtimeKey string, c metav1.Condition) error {
 	want := string(c.Status) + "|" + c.Reason + "|" + c.Message
 	if v, ok := r.conditions.Load(runtimeKey); ok && v == want {
 		return nil
@@ -61,7 +64,7 @@ func (r *Reconciler) setTakeOverCondition(ctx context.Context, kyma client.Objec
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		live := &unstructured.Unstructured{}
-		live.SetGroupVersionKind(kymaGVK)
+		live.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 		if err := reader.Get(ctx, client.ObjectKeyFromObject(kyma), live); err != nil {
 			return err
 		}
@@ -100,7 +103,7 @@ func (r *Reconciler) setTakeOverCondition(ctx context.Context, kyma client.Objec
 		if err := unstructured.SetNestedSlice(live.Object, conds, "status", "conditions"); err != nil {
 			return err
 		}
-		if err := r.Client.Status().Patch(ctx, live, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+		if err := r.Client.Status().Patch(ctx, live, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(apply.FieldOwner)); err != nil {
 			return err
 		}
 		recordWrite("kyma-status")
