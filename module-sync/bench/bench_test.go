@@ -34,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
@@ -130,7 +131,7 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	reqs0, writes0, passes0 := sum(controllers.SKRRequests), sum(controllers.MirrorWrites), sum(controllers.MirrorPasses)
+	reqs0, writes0, passes0 := sum(metrics.SKRRequests), sum(metrics.MirrorWrites), sum(metrics.MirrorPasses)
 	began := time.Now()
 	go func() {
 		if err := mgr.Start(ctx); err != nil {
@@ -156,11 +157,11 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	converged := time.Since(began)
 	// The first pass of each runtime is done (every ModuleConfig is Ready).
 	if err := waitFor(ctx, time.Minute, func() (bool, error) {
-		return sum(controllers.MirrorPasses)-passes0 >= float64(runtimes), nil
+		return sum(metrics.MirrorPasses)-passes0 >= float64(runtimes), nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	reqs1, writes1, passes1 := sum(controllers.SKRRequests), sum(controllers.MirrorWrites), sum(controllers.MirrorPasses)
+	reqs1, writes1, passes1 := sum(metrics.SKRRequests), sum(metrics.MirrorWrites), sum(metrics.MirrorPasses)
 	b.ReportMetric(converged.Seconds(), "s-to-converge")
 	b.ReportMetric((reqs1-reqs0)/float64(runtimes), "skr-req/runtime-first")
 	b.ReportMetric(writes1-writes0, "kcp-writes-first")
@@ -168,11 +169,11 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 
 	// The periodic pass of every runtime.
 	if err := waitFor(ctx, *interval*3+5*time.Minute, func() (bool, error) {
-		return sum(controllers.MirrorPasses)-passes1 >= float64(runtimes), nil
+		return sum(metrics.MirrorPasses)-passes1 >= float64(runtimes), nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	reqs2, writes2, passes2 := sum(controllers.SKRRequests), sum(controllers.MirrorWrites), sum(controllers.MirrorPasses)
+	reqs2, writes2, passes2 := sum(metrics.SKRRequests), sum(metrics.MirrorWrites), sum(metrics.MirrorPasses)
 	b.ReportMetric((reqs2-reqs1)/(passes2-passes1), "skr-req/runtime-pass")
 	b.ReportMetric(writes2-writes1, "kcp-writes-second-pass")
 	if writes2 != writes1 {

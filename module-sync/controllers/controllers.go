@@ -1,20 +1,20 @@
-// Package controllers is module-sync's KCP side (docs/architecture.md §4.11):
-// one controller-runtime manager with
+// Package controllers assembles module-sync's KCP side (docs/architecture.md
+// §4.11): one controller-runtime manager with
 //
 //   - the Watchers of module-sync (one per configured Module CR resource,
-//     manager "module-sync"), created and kept as configured (watchers.go);
+//     manager "module-sync"), created and kept as configured (package
+//     watchers);
 //   - the listener that receives their events, and the mirror controller:
 //     on an event, at start, on a Kyma change and periodically it mirrors a
 //     runtime's Module CRs into ModuleConfigs and removes them when the
-//     Kyma goes away (mirror.go);
+//     Kyma goes away (package moduleconfigs);
 //   - the SyncResource controller: finalizer, apply into the runtime,
 //     status, cleanup on deletion, backoff only when a retry can help and a
-//     periodic drift pass (syncresource.go).
+//     periodic drift pass (package syncresources).
 //
-// Runtime clients come from package skrclient (kubeconfig Secret
-// kubeconfig-<runtime-id> in the Kyma namespace), with a dynamic REST
-// mapper per runtime because Module CRs and SyncResource items are of any
-// kind.
+// Runtime clients come from package runtimeclient (kubeconfig Secret
+// kubeconfig-<runtime-id> in the Kyma namespace, package skrclient). The
+// binary and the tests build the very same manager from it.
 package controllers
 
 import (
@@ -22,7 +22,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -34,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -47,7 +45,12 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/moduleconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/syncresources"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/watchers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -196,21 +199,8 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
-// SKRClients are module-sync's runtime clients: any kind (unstructured,
-// dynamic REST mapper per runtime), a short timeout, requests counted.
-func SKRClients(timeout time.Duration) *skrclient.KubeconfigClients {
-	s := k8sruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return &skrclient.KubeconfigClients{
-		Scheme: s, NewMapper: skrclient.DynamicRESTMapper, UserAgent: "module-sync", Timeout: timeout,
-		WrapTransport: countRequests,
-	}
-}
-
 // New sets up the manager with the listener, the Watchers and both
-// controllers. clients nil: SKRClients(o.SKRTimeout).
+// controllers. clients nil: runtimeclient.KubeconfigClients(o.SKRTimeout).
 func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.ClusterClients) (manager.Manager, error) {
 	o.defaults()
 	if o.KymaNamespace == "" {
@@ -220,7 +210,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		return nil, errors.New("no module resources")
 	}
 	if clients == nil {
-		clients = SKRClients(o.SKRTimeout)
+		clients = runtimeclient.KubeconfigClients(o.SKRTimeout)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
@@ -257,23 +247,27 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	if err := l.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(&watchers{client: mgr.GetClient(), o: o}); err != nil {
+	if err := mgr.Add(&watchers.Keeper{Client: mgr.GetClient(), Config: watchers.Config{
+		KymaNamespace: o.KymaNamespace, Manager: o.Manager, Service: o.Service,
+		GatewaySelector: o.GatewaySelector, ModuleResources: o.ModuleResources,
+	}}); err != nil {
 		return nil, err
 	}
-	runtimes := &runtimeClients{client: mgr.GetClient(), namespace: o.KymaNamespace, clients: clients}
-	mr := &mirrorReconciler{
-		client: mgr.GetClient(), runtimes: runtimes, interval: o.MirrorInterval,
-		mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
-		backoff: newBackoff(o.RetryBase, o.RetryMax), conflicts: newBackoff(50*time.Millisecond, o.RetryMax),
+	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), Namespace: o.KymaNamespace, Clients: clients}
+	mr := &moduleconfigs.Reconciler{
+		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.MirrorInterval,
+		Mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
+		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Conflicts: pacing.NewBackoff(50*time.Millisecond, o.RetryMax),
+		KymaNamespace: o.KymaNamespace, ConfirmDelay: o.ConfirmDelay, Workers: o.Workers,
 	}
-	if err := mr.setup(mgr, l, o); err != nil {
+	if err := mr.SetupWithManager(mgr, l.Events()); err != nil {
 		return nil, err
 	}
-	sr := &syncReconciler{
-		client: mgr.GetClient(), runtimes: runtimes, interval: o.DriftInterval,
-		backoff: newBackoff(o.RetryBase, o.RetryMax),
+	sr := &syncresources.Reconciler{
+		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.DriftInterval,
+		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Workers: o.Workers,
 	}
-	if err := sr.setup(mgr, o); err != nil {
+	if err := sr.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 
@@ -338,41 +332,4 @@ func trimSecret(obj any) (any, error) {
 		}
 	}
 	return t, nil
-}
-
-// errNoKubeconfig: the runtime's kubeconfig Secret does not exist (yet).
-var errNoKubeconfig = errors.New("no kubeconfig Secret")
-
-// runtimeClients gives the client of a Kyma's runtime.
-type runtimeClients struct {
-	client    client.Reader
-	namespace string
-	clients   skrclient.ClusterClients
-}
-
-func (r *runtimeClients) forRuntime(ctx context.Context, runtimeID string) (client.Client, error) {
-	kubeconfig, err := skrclient.Kubeconfig(ctx, r.client, r.namespace, runtimeID)
-	if err != nil {
-		return nil, fmt.Errorf("read kubeconfig Secret %s: %w", skrclient.SecretName(runtimeID), err)
-	}
-	if kubeconfig == nil {
-		return nil, fmt.Errorf("%w %s/%s", errNoKubeconfig, r.namespace, skrclient.SecretName(runtimeID))
-	}
-	c, err := r.clients.For(ctx, r.namespace+"/"+runtimeID, kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig Secret %s: %w", skrclient.SecretName(runtimeID), err)
-	}
-	return c, nil
-}
-
-// newBackoff is a per-object exponential backoff: base, doubling, at most
-// maxDelay; Forget resets an object's.
-func newBackoff(base, maxDelay time.Duration) workqueue.TypedRateLimiter[string] {
-	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](base, maxDelay)
-}
-
-// jitter spreads periodic passes by up to a tenth of d so that runtimes
-// started together do not stay in step.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/10+1))
 }

@@ -1,4 +1,8 @@
-package controllers
+// Package metrics holds module-sync's Prometheus metrics
+// (runtime_watcher_module_sync_…), registered with controller-runtime's
+// registry: mirror passes and writes, SyncResource reconciles and items,
+// requests to runtimes, listener events.
+package metrics
 
 import (
 	"net/http"
@@ -56,8 +60,9 @@ func init() {
 	ctrlmetrics.Registry.MustRegister(MirrorPasses, MirrorWrites, SyncReconciles, SyncItems, SKRRequests, Events)
 }
 
-// countRequests wraps a runtime client's transport to count its requests.
-func countRequests(rt http.RoundTripper) http.RoundTripper {
+// CountRequests wraps a runtime client's transport to count its requests
+// (SKRRequests).
+func CountRequests(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		SKRRequests.WithLabelValues(r.Method).Inc()
 		return rt.RoundTrip(r)

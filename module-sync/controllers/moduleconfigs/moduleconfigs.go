@@ -1,4 +1,9 @@
-package controllers
+// Package moduleconfigs is module-sync's mirror controller
+// (docs/architecture.md §4.11): on a Watcher event, at start, on a Kyma
+// change and periodically it mirrors a runtime's Module CRs into
+// ModuleConfigs (package mirror) and removes them when the Kyma goes away.
+// The work item is the Kyma.
+package moduleconfigs
 
 import (
 	"context"
@@ -20,29 +25,41 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
 )
 
-// mirrorReconciler mirrors one runtime (a Kyma, the work item) per pass.
-type mirrorReconciler struct {
-	client   client.Client
-	runtimes *runtimeClients
-	mirror   *mirror.Mirror
-	interval time.Duration
-	backoff  workqueue.TypedRateLimiter[string]
-	// conflicts backs off, fast, after a write conflict (the cache had not
+// Reconciler mirrors one runtime (a Kyma, the work item) per pass.
+type Reconciler struct {
+	// Client of the KCP (the manager's cached client).
+	Client   client.Client
+	Runtimes *runtimeclient.Clients
+	Mirror   *mirror.Mirror
+	// Interval of the periodic pass per runtime.
+	Interval time.Duration
+	Backoff  workqueue.TypedRateLimiter[string]
+	// Conflicts backs off, fast, after a write conflict (the cache had not
 	// seen the previous pass's write yet).
-	conflicts workqueue.TypedRateLimiter[string]
+	Conflicts workqueue.TypedRateLimiter[string]
+	// KymaNamespace holds the Kymas.
+	KymaNamespace string
+	// ConfirmDelay: after an event, the runtime is mirrored at once and
+	// again this much later (0: only at once). See enqueueRuntime.
+	ConfirmDelay time.Duration
+	Workers      int
 }
 
-func (r *mirrorReconciler) setup(mgr ctrl.Manager, l *listener.Listener, o Options) error {
-	lookup := identity.NewKymaLookup(mgr.GetCache(), o.KymaNamespace)
+// SetupWithManager registers the controller; events are the listener's.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.GenericEvent) error {
+	lookup := identity.NewKymaLookup(mgr.GetCache(), r.KymaNamespace)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("mirror").
 		// Kyma created or deleted (and the runtime-id label changed): a pass.
 		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(l.Events(), enqueueRuntime(lookup, o.KymaNamespace, o.ConfirmDelay))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.Workers}).
+		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
 }
 
@@ -61,12 +78,12 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 			rt, found, err := lookup.LookupRuntime(ctx, ev.RuntimeID)
 			switch {
 			case err != nil:
-				Events.WithLabelValues("lookup-failed").Inc()
+				metrics.Events.WithLabelValues("lookup-failed").Inc()
 				ctrl.Log.WithName("mirror").Error(err, "looking up the runtime of an event", "runtimeID", ev.RuntimeID)
 			case !found:
-				Events.WithLabelValues("unknown-runtime").Inc()
+				metrics.Events.WithLabelValues("unknown-runtime").Inc()
 			default:
-				Events.WithLabelValues("enqueued").Inc()
+				metrics.Events.WithLabelValues("enqueued").Inc()
 				req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}}
 				q.Add(req)
 				if confirm > 0 {
@@ -79,55 +96,55 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 
 // Reconcile mirrors the Kyma's runtime, or removes its ModuleConfigs when
 // the Kyma is gone or being deleted.
-func (r *mirrorReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	key := req.String()
 	kyma := identity.NewKyma()
-	err := r.client.Get(ctx, req.NamespacedName, kyma)
+	err := r.Client.Get(ctx, req.NamespacedName, kyma)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
 	if apierrors.IsNotFound(err) || kyma.DeletionTimestamp != nil {
-		n, err := r.mirror.Remove(ctx, mirror.Kyma{Name: req.Name, Namespace: req.Namespace})
-		MirrorWrites.WithLabelValues("deleted").Add(float64(n))
+		n, err := r.Mirror.Remove(ctx, mirror.Kyma{Name: req.Name, Namespace: req.Namespace})
+		metrics.MirrorWrites.WithLabelValues("deleted").Add(float64(n))
 		if err != nil {
-			MirrorPasses.WithLabelValues("failed").Inc()
-			return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+			metrics.MirrorPasses.WithLabelValues("failed").Inc()
+			return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 		}
-		MirrorPasses.WithLabelValues("removed").Inc()
-		r.backoff.Forget(key)
+		metrics.MirrorPasses.WithLabelValues("removed").Inc()
+		r.Backoff.Forget(key)
 		return reconcile.Result{}, nil
 	}
 	id := identity.RuntimeIDOf(kyma)
-	skr, err := r.runtimes.forRuntime(ctx, id)
+	skr, err := r.Runtimes.For(ctx, id)
 	if err != nil {
 		result := "failed"
-		if errors.Is(err, errNoKubeconfig) {
+		if errors.Is(err, runtimeclient.ErrNoKubeconfig) {
 			result = "no-kubeconfig"
 		}
-		MirrorPasses.WithLabelValues(result).Inc()
+		metrics.MirrorPasses.WithLabelValues(result).Inc()
 		log.Info("runtime not mirrored", "runtimeID", id, "reason", err.Error())
-		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
-	res, err := r.mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
-	MirrorWrites.WithLabelValues("created").Add(float64(res.Created))
-	MirrorWrites.WithLabelValues("updated").Add(float64(res.Updated))
-	MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
+	res, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
+	metrics.MirrorWrites.WithLabelValues("created").Add(float64(res.Created))
+	metrics.MirrorWrites.WithLabelValues("updated").Add(float64(res.Updated))
+	metrics.MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
 	if err != nil {
-		MirrorPasses.WithLabelValues("failed").Inc()
+		metrics.MirrorPasses.WithLabelValues("failed").Inc()
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: r.conflicts.When(key)}, nil
+			return reconcile.Result{RequeueAfter: r.Conflicts.When(key)}, nil
 		}
 		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", err.Error())
-		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
-	r.conflicts.Forget(key)
+	r.Conflicts.Forget(key)
 	if res.Writes() > 0 {
-		MirrorPasses.WithLabelValues("synced").Inc()
+		metrics.MirrorPasses.WithLabelValues("synced").Inc()
 		log.V(1).Info("mirrored", "runtimeID", id, "created", res.Created, "updated", res.Updated, "deleted", res.Deleted)
 	} else {
-		MirrorPasses.WithLabelValues("unchanged").Inc()
+		metrics.MirrorPasses.WithLabelValues("unchanged").Inc()
 	}
-	r.backoff.Forget(key)
-	return reconcile.Result{RequeueAfter: jitter(r.interval)}, nil
+	r.Backoff.Forget(key)
+	return reconcile.Result{RequeueAfter: pacing.Jitter(r.Interval)}, nil
 }

@@ -1,4 +1,8 @@
-package controllers
+// Package syncresources is module-sync's SyncResource controller
+// (docs/architecture.md §4.11): finalizer, apply into the runtime (package
+// apply), status, cleanup on deletion, backoff only when a retry can help
+// and a periodic drift pass.
+package syncresources
 
 import (
 	"context"
@@ -25,6 +29,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
 )
 
 // Finalizer of every SyncResource module-sync applies: removed once what
@@ -34,16 +41,22 @@ const Finalizer = "operator.kyma-project.io/module-sync"
 // kymaField indexes SyncResources by spec.kyma.
 const kymaField = "spec.kyma"
 
-// syncReconciler applies SyncResources into their runtimes.
-type syncReconciler struct {
-	client   client.Client
-	runtimes *runtimeClients
-	interval time.Duration
-	backoff  workqueue.TypedRateLimiter[string]
+// Reconciler applies SyncResources into their runtimes.
+type Reconciler struct {
+	// Client of the KCP (the manager's cached client).
+	Client   client.Client
+	Runtimes *runtimeclient.Clients
+	// Interval of the periodic apply pass per SyncResource (drift
+	// correction).
+	Interval time.Duration
+	Backoff  workqueue.TypedRateLimiter[string]
+	Workers  int
 	now      func() metav1.Time
 }
 
-func (r *syncReconciler) setup(mgr ctrl.Manager, o Options) error {
+// SetupWithManager registers the controller and the index of SyncResources
+// by Kyma.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, kymaField, func(obj client.Object) []string {
 		return []string{obj.(*v1alpha1.SyncResource).Spec.Kyma}
 	}); err != nil {
@@ -55,13 +68,13 @@ func (r *syncReconciler) setup(mgr ctrl.Manager, o Options) error {
 		For(&v1alpha1.SyncResource{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted{}))).
 		// A Kyma that appears or goes away: its SyncResources.
 		Watches(identity.NewKyma(), handler.EnqueueRequestsFromMapFunc(r.forKyma), builder.WithPredicates(kymaCreatedOrDeleted{}), builder.OnlyMetadata).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.Workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
 }
 
-func (r *syncReconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
+func (r *Reconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
 	list := &v1alpha1.SyncResourceList{}
-	if err := r.client.List(ctx, list, client.InNamespace(kyma.GetNamespace()), client.MatchingFields{kymaField: kyma.GetName()}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(kyma.GetNamespace()), client.MatchingFields{kymaField: kyma.GetName()}); err != nil {
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -73,11 +86,11 @@ func (r *syncReconciler) forKyma(ctx context.Context, kyma client.Object) []reco
 
 // Reconcile adds the finalizer, applies the SyncResource into its runtime
 // and writes its status; on deletion it removes what it created.
-func (r *syncReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.String()
 	sr := &v1alpha1.SyncResource{}
-	if err := r.client.Get(ctx, req.NamespacedName, sr); err != nil {
-		r.backoff.Forget(key)
+	if err := r.Client.Get(ctx, req.NamespacedName, sr); err != nil {
+		r.Backoff.Forget(key)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if sr.DeletionTimestamp != nil {
@@ -85,7 +98,7 @@ func (r *syncReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	if !controllerutil.ContainsFinalizer(sr, Finalizer) {
 		controllerutil.AddFinalizer(sr, Finalizer)
-		if err := r.client.Update(ctx, sr); err != nil {
+		if err := r.Client.Update(ctx, sr); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -95,10 +108,10 @@ func (r *syncReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		reason := "RuntimeUnreachable"
 		if kymaGone {
 			reason = "KymaNotFound"
-		} else if errors.Is(err, errNoKubeconfig) {
+		} else if errors.Is(err, runtimeclient.ErrNoKubeconfig) {
 			reason = "NoKubeconfig"
 		}
-		SyncReconciles.WithLabelValues("no-runtime").Inc()
+		metrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
 			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(),
 		}); werr != nil {
@@ -107,12 +120,12 @@ func (r *syncReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		if kymaGone {
 			return reconcile.Result{}, nil // the Kyma watch brings it back
 		}
-		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 
 	res := apply.Apply(ctx, skr, sr)
 	for _, it := range res.Items {
-		SyncItems.WithLabelValues(string(it.State)).Inc()
+		metrics.SyncItems.WithLabelValues(string(it.State)).Inc()
 	}
 	state, cond := res.Summary()
 	if err := r.writeStatus(ctx, sr, res.Items, state, cond); err != nil {
@@ -120,32 +133,32 @@ func (r *syncReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	switch {
 	case res.Retry:
-		SyncReconciles.WithLabelValues("retry").Inc()
-		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+		metrics.SyncReconciles.WithLabelValues("retry").Inc()
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	case state == v1alpha1.StateReady:
-		SyncReconciles.WithLabelValues("applied").Inc()
+		metrics.SyncReconciles.WithLabelValues("applied").Inc()
 	default:
-		SyncReconciles.WithLabelValues("failed").Inc() // refused or invalid: waits for a spec change
+		metrics.SyncReconciles.WithLabelValues("failed").Inc() // refused or invalid: waits for a spec change
 	}
-	r.backoff.Forget(key)
-	return reconcile.Result{RequeueAfter: jitter(r.interval)}, nil
+	r.Backoff.Forget(key)
+	return reconcile.Result{RequeueAfter: pacing.Jitter(r.Interval)}, nil
 }
 
 // skrOf is the client of the SyncResource's runtime; kymaGone when its
 // Kyma does not exist.
-func (r *syncReconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (client.Client, bool, error) {
+func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (client.Client, bool, error) {
 	kyma := identity.NewKyma()
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: sr.Namespace, Name: sr.Spec.Kyma}, kyma); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sr.Namespace, Name: sr.Spec.Kyma}, kyma); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, true, fmt.Errorf("no Kyma %s/%s", sr.Namespace, sr.Spec.Kyma)
 		}
 		return nil, false, err
 	}
-	c, err := r.runtimes.forRuntime(ctx, identity.RuntimeIDOf(kyma))
+	c, err := r.Runtimes.For(ctx, identity.RuntimeIDOf(kyma))
 	return c, false, err
 }
 
-func (r *syncReconciler) finalize(ctx context.Context, key string, sr *v1alpha1.SyncResource) (reconcile.Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.SyncResource) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(sr, Finalizer) {
 		return reconcile.Result{}, nil
 	}
@@ -155,27 +168,27 @@ func (r *syncReconciler) finalize(ctx context.Context, key string, sr *v1alpha1.
 	}
 	// Without its Kyma or its kubeconfig Secret the runtime is considered
 	// gone (as vs-controller does): nothing left to remove.
-	if err != nil && !kymaGone && !errors.Is(err, errNoKubeconfig) {
-		SyncReconciles.WithLabelValues("retry").Inc()
+	if err != nil && !kymaGone && !errors.Is(err, runtimeclient.ErrNoKubeconfig) {
+		metrics.SyncReconciles.WithLabelValues("retry").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateDeleting, metav1.Condition{
 			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: err.Error(),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}
-		return reconcile.Result{RequeueAfter: r.backoff.When(key)}, nil
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	controllerutil.RemoveFinalizer(sr, Finalizer)
-	if err := r.client.Update(ctx, sr); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Update(ctx, sr); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	SyncReconciles.WithLabelValues("cleaned-up").Inc()
-	r.backoff.Forget(key)
+	metrics.SyncReconciles.WithLabelValues("cleaned-up").Inc()
+	r.Backoff.Forget(key)
 	return reconcile.Result{}, nil
 }
 
 // writeStatus writes the status when it changed (a drift pass that changes
 // nothing writes nothing).
-func (r *syncReconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource, items []v1alpha1.ItemStatus, state v1alpha1.State, cond metav1.Condition) error {
+func (r *Reconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource, items []v1alpha1.ItemStatus, state v1alpha1.State, cond metav1.Condition) error {
 	cond.ObservedGeneration = sr.Generation
 	old := meta.FindStatusCondition(sr.Status.Conditions, cond.Type)
 	if sr.Status.State == state && sr.Status.ObservedGeneration == sr.Generation && reflect.DeepEqual(sr.Status.Items, items) &&
@@ -192,7 +205,7 @@ func (r *syncReconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResou
 	sr.Status.ObservedGeneration = sr.Generation
 	meta.SetStatusCondition(&sr.Status.Conditions, cond)
 	sr.Status.LastOperation = &v1alpha1.LastOperation{Operation: fmt.Sprintf("%s: %s", cond.Reason, cond.Message), LastUpdateTime: now}
-	if err := r.client.Status().Update(ctx, sr); err != nil {
+	if err := r.Client.Status().Update(ctx, sr); err != nil {
 		return fmt.Errorf("status of SyncResource %s/%s: %w", sr.Namespace, sr.Name, err)
 	}
 	return nil
