@@ -34,6 +34,10 @@ import (
 // HashAnnotation holds the hash of the desired object last applied.
 const HashAnnotation = "operator.kyma-project.io/applied-hash"
 
+// FieldOwner is vs-controller's server-side apply field manager, in the
+// KCP and in every SKR.
+const FieldOwner = "vs-controller"
+
 // Desired turns a typed object into the unstructured object to apply: it
 // goes through the object's own JSON encoding (Istio's protobuf types have
 // one), sets apiVersion and kind, drops status, creationTimestamp and null

@@ -41,8 +41,8 @@ const (
 	// before the Kyma goes away.
 	Finalizer = "operator.kyma-project.io/runtime-watcher"
 	// FieldOwner is the server-side apply field manager, in the KCP and in
-	// every SKR.
-	FieldOwner = "vs-controller"
+	// every SKR (apply.FieldOwner).
+	FieldOwner = apply.FieldOwner
 	// ControllerName names the controller (logs, metrics).
 	ControllerName = "runtime-skr-bundle"
 	// DefaultKymaNamespace is where Kyma CRs, kubeconfig Secrets and
