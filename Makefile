@@ -20,6 +20,8 @@ export PATH := $(K8S_ASSETS):$(PATH)
 
 BINARIES := ext-authz skr-webhook vs-controller listener/example module-sync
 GO_TEST_FLAGS ?= -count=1 -timeout 40m
+# make test-unit: Go's test cache stays on (GO_TEST_UNIT_FLAGS=-count=1 turns it off).
+GO_TEST_UNIT_FLAGS ?=
 
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
@@ -44,6 +46,13 @@ test: envtest-assets verify ## Unit, integration and e2e tests against real API 
 	$(MAKE) --no-print-directory fuzz-short
 
 ##@ Development
+
+.PHONY: test-unit
+test-unit: ## The inner loop: every test that needs no API server (go test -short; no bin/k8s), about a minute on 2 cores.
+	@# -short skips each test that starts API servers (testenv.SkipIfShort) or
+	@# clones the repository (test/verify); `make test` runs them all.
+	go test -short $(GO_TEST_UNIT_FLAGS) ./...
+	cd test/tools/monitoring && go test -short $(GO_TEST_UNIT_FLAGS) ./...
 
 .PHONY: build
 build: ## Build every binary into bin/.

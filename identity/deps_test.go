@@ -27,7 +27,7 @@ func TestDependencies(t *testing.T) {
 		module + "/api/v1beta2":        true,
 	}
 	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, module+"/identity/xfcc") || !slices.Contains(deps, "sigs.k8s.io/controller-runtime/pkg/cache") {
+	if !slices.Contains(deps, module+"/identity/xfcc") || !slices.Contains(deps, "sigs.k8s.io/controller-runtime/pkg/client") {
 		t.Fatalf("go list output lacks identity's own imports: the check is not looking at identity\n%s", out)
 	}
 	for _, p := range deps {

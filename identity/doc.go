@@ -7,11 +7,14 @@
 // SAN pinning itself (Verifier, Runtime, RuntimeLookup, Identity, Denial) is
 // in the sub-package pinning, which needs no client-go or controller-runtime;
 // this package re-exports it under the same names. The sub-package kymastore
-// is a RuntimeLookup over a small in-memory store fed by a client-go
-// reflector; both it and NewKymaLookup apply the precedence below through
-// one function, pinning.LookupInIndex, each over its own index: ext-authz uses pinning and kymastore
-// and so links neither controller-runtime's client nor client-go's typed
-// clients.
+// holds discovery of the Kyma CRD (KymaResource), the one trimming of a
+// Kyma's metadata (kymastore.Trim, also the cache transform of a
+// controller-runtime cache of Kyma CRs), and a RuntimeLookup
+// over a small in-memory store fed by a client-go reflector. Both it and
+// NewKymaLookup (over a manager's cache, with IndexRuntimeID) apply the
+// precedence below through one function, pinning.LookupInIndex: ext-authz
+// uses pinning and kymastore and so links neither controller-runtime's
+// client nor client-go's typed clients.
 //
 // It depends only on the standard library, k8s.io/apimachinery, client-go,
 // controller-runtime, identity/xfcc, identity/pinning, identity/kymastore,

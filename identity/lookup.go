@@ -116,25 +116,3 @@ func (l *kymaLookup) KymaNamed(ctx context.Context, name string) (pinning.KymaRe
 func refOf(k *metav1.PartialObjectMetadata) pinning.KymaRef {
 	return pinning.KymaRef{Name: k.GetName(), Label: k.GetLabels()[contract.LabelRuntimeID], SKRDomain: k.GetAnnotations()[contract.AnnotationSKRDomain]}
 }
-
-// TrimKyma is a cache transform (client-go's TransformFunc) that keeps of a
-// Kyma CR only what SAN pinning reads: name, namespace, UID, resource
-// version, the runtime-id label and the skr-domain annotation. With it, a
-// cache of many Kyma CRs stays small (no managedFields, no
-// last-applied-configuration). Other objects pass unchanged.
-func TrimKyma(obj any) (any, error) {
-	k, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	t := &metav1.PartialObjectMetadata{TypeMeta: k.TypeMeta}
-	t.Name, t.Namespace, t.UID, t.ResourceVersion = k.Name, k.Namespace, k.UID, k.ResourceVersion
-	t.DeletionTimestamp = k.DeletionTimestamp
-	if v, ok := k.Labels[contract.LabelRuntimeID]; ok {
-		t.Labels = map[string]string{contract.LabelRuntimeID: v}
-	}
-	if v, ok := k.Annotations[contract.AnnotationSKRDomain]; ok {
-		t.Annotations = map[string]string{contract.AnnotationSKRDomain: v}
-	}
-	return t, nil
-}

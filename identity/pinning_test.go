@@ -18,8 +18,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-// mapLookup is a RuntimeLookup over a fixed set of runtimes (the cache-backed
-// lookup is tested against a real API server in lookup_test.go).
+// mapLookup is a RuntimeLookup over a fixed set of runtimes (the lookups
+// over Kyma CRs are tested in precedence_test.go, and against a real API
+// server in identity/kymastore and the listener's integration suite).
 type mapLookup struct {
 	runtimes map[string]identity.Runtime
 	err      error

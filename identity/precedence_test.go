@@ -18,7 +18,8 @@ import (
 // kymaReader is a client.Reader over a fixed set of Kyma CRs (metadata
 // only) with the index IndexRuntimeID registers, as a cache has it. The
 // index function is the one IndexRuntimeID passes, not a copy of it. The
-// lookup over a real cache and API server is tested in lookup_test.go.
+// lookup over a manager's cache of a real API server is tested in the
+// listener's integration suite (in-process SAN pinning).
 type kymaReader struct {
 	kymas []*metav1.PartialObjectMetadata
 	field string

@@ -3,10 +3,13 @@ package listener
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
 
 // Metric names. Every metric carries the constant label manager.
@@ -29,8 +32,9 @@ const (
 	MetricNoConsumerRefused = "runtime_watcher_listener_no_consumer_refused_total"
 )
 
-// resyncReasons are the reason label values of MetricResyncs.
-var resyncReasons = []string{"startup", "overflow", "expired", "other"}
+// otherResync is the reason label value of MetricResyncs for a reason this
+// version does not know; the others are contract.ResyncReasons.
+const otherResync = "other"
 
 // knownCodes are the statuses the handler answers; their counters are
 // created up front so every series exists from the start.
@@ -81,9 +85,10 @@ func newMetrics(managerName string, events chan event.GenericEvent) *metrics {
 			Name: MetricNoConsumerRefused, Help: "Events answered 503 because no consumer runs on this replica (not the leader).", ConstLabels: labels,
 		}),
 	}
-	for _, r := range resyncReasons {
-		m.resyncs.WithLabelValues(r)
+	for _, r := range contract.ResyncReasons {
+		m.resyncs.WithLabelValues(string(r))
 	}
+	m.resyncs.WithLabelValues(otherResync)
 	for _, c := range knownCodes {
 		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
 	}
@@ -123,11 +128,9 @@ func (m *metrics) request(code int) {
 }
 
 func (m *metrics) resync(reason string) {
-	for _, r := range resyncReasons[:len(resyncReasons)-1] {
-		if r == reason {
-			m.resyncs.WithLabelValues(r).Inc()
-			return
-		}
+	if slices.Contains(contract.ResyncReasons, contract.ResyncReason(reason)) {
+		m.resyncs.WithLabelValues(reason).Inc()
+		return
 	}
-	m.resyncs.WithLabelValues("other").Inc()
+	m.resyncs.WithLabelValues(otherResync).Inc()
 }

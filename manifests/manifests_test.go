@@ -29,6 +29,7 @@ import (
 )
 
 func TestManifests(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "manifests")
 }

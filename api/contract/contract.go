@@ -178,6 +178,9 @@ const (
 	ResyncExpired ResyncReason = "expired"
 )
 
+// ResyncReasons are the resync reasons above, every one this version sends.
+var ResyncReasons = []ResyncReason{ResyncStartup, ResyncOverflow, ResyncExpired}
+
 // IsControl reports whether the event is a resync or a heartbeat rather
 // than the change of one object.
 func (e WatchEvent) IsControl() bool { return e.Resync != "" || e.Heartbeat }

@@ -12,6 +12,7 @@ import (
 var env *testenv.Env
 
 func TestCRDs(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "CRDs against a real API server")
 }

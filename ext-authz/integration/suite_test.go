@@ -36,6 +36,7 @@ var (
 )
 
 func TestIntegration(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "ext-authz integration")
 }

@@ -1,18 +1,20 @@
-// Package kymastore is ext-authz's in-memory view of the Kyma CRs of one
-// namespace for SAN pinning: a client-go reflector (list + watch of the
-// Kyma CRs' metadata) feeds a Store that keeps of each Kyma CR only its
-// name, runtime-id label and skr-domain annotation, indexed by name and by
-// label. The Store is a pinning.RuntimeLookup through pinning.LookupInIndex,
-// the same precedence code as identity.NewKymaLookup (label before name;
-// several Kymas with one label are an error), answered from two map reads
-// without allocating.
+// Package kymastore is the one Kyma index of this project: discovery of
+// how Kyma CRs are served (KymaResource), the one trimming of a Kyma CR's
+// metadata (Trim), a paginated, trimmed list and watch of the Kyma CRs of
+// one namespace (ListWatch), and ext-authz's in-memory Store fed by it. The
+// Store keeps of each Kyma CR only its name, runtime-id label and
+// skr-domain annotation, indexed by name and by label; it is a
+// pinning.RuntimeLookup through pinning.LookupInIndex, the same precedence
+// code as identity.NewKymaLookup over a controller-runtime cache (label
+// before name; several Kymas with one label are an error), answered from
+// two map reads without allocating.
 //
 // It depends on client-go's metadata client and reflector only, not on
 // controller-runtime or client-go's typed clients: with it and
 // identity/pinning, ext-authz does not link or initialize them. List pages
-// and watch events are trimmed to the three fields before the reflector
-// holds them, so the initial list of many thousands of Kyma CRs does not
-// keep their full metadata in memory at once.
+// and watch events are trimmed before the reflector holds them, so the
+// initial list of many thousands of Kyma CRs does not keep their full
+// metadata in memory at once.
 package kymastore
 
 import (
@@ -202,16 +204,27 @@ func (s *Store) Replace(list []any, _ string) error {
 
 func (s *Store) Resync() error { return nil }
 
-// Trim keeps of a Kyma CR's metadata only what the Store reads and the
-// reflector needs: name, namespace, resource version, the runtime-id label
-// and the skr-domain annotation. Other objects pass unchanged.
-func Trim(obj runtime.Object) runtime.Object {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj
+// Trim is the one trimming of a Kyma CR's metadata, for this Store's
+// reflector and as the cache transform (a client-go TransformFunc) of the
+// components that read Kyma CRs through a controller-runtime cache
+// (module-sync). It keeps only what the lookup and an informer read: type,
+// name, namespace, UID, resource version, deletion timestamp, the
+// runtime-id label when it is not empty (an empty label is no label, as
+// identity.RuntimeIDOf and pinning.LookupInIndex read it) and the
+// skr-domain annotation (also when empty: that is domain-not-set). With it
+// a cache of many Kyma CRs holds no managedFields and no
+// last-applied-configuration. Other objects pass unchanged.
+func Trim(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return trim(m), nil
 	}
-	t := &metav1.PartialObjectMetadata{}
-	t.Name, t.Namespace, t.ResourceVersion = m.Name, m.Namespace, m.ResourceVersion
+	return obj, nil
+}
+
+func trim(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	t := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta}
+	t.Name, t.Namespace, t.UID, t.ResourceVersion = m.Name, m.Namespace, m.UID, m.ResourceVersion
+	t.DeletionTimestamp = m.DeletionTimestamp
 	if v := m.Labels[contract.LabelRuntimeID]; v != "" {
 		t.Labels = map[string]string{contract.LabelRuntimeID: v}
 	}
@@ -245,7 +258,7 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 				return nil, err
 			}
 			for i := range list.Items {
-				list.Items[i] = *Trim(&list.Items[i]).(*metav1.PartialObjectMetadata)
+				list.Items[i] = *trim(&list.Items[i])
 			}
 			return list, nil
 		},
@@ -255,9 +268,12 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 				return nil, err
 			}
 			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				// Bookmarks pass whole: the reflector reads their annotation k8s.io/initial-events-end.
 				switch e.Type {
 				case watch.Added, watch.Modified, watch.Deleted:
-					e.Object = Trim(e.Object)
+					if m, ok := e.Object.(*metav1.PartialObjectMetadata); ok {
+						e.Object = trim(m)
+					}
 				}
 				return e, true
 			}), nil

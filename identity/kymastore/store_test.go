@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -95,17 +96,70 @@ func TestStoreEvents(t *testing.T) {
 	}
 }
 
+// TestTrim: Trim keeps what the lookup and an informer read and drops the
+// rest; an empty runtime-id label is dropped (an empty label is no label),
+// an empty skr-domain annotation is kept (domain-not-set, not
+// unknown-runtime).
 func TestTrim(t *testing.T) {
 	m := meta("kyma-b", "b", "b.example.com")
-	m.ResourceVersion = "7"
+	m.APIVersion, m.Kind = "operator.kyma-project.io/v1beta2", "Kyma"
+	m.ResourceVersion, m.UID = "7", "uid-7"
 	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
-	got := kymastore.Trim(m).(*metav1.PartialObjectMetadata)
-	if got.Name != "kyma-b" || got.ResourceVersion != "7" || len(got.Labels) != 1 || len(got.Annotations) != 1 || got.ManagedFields != nil {
+	m.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{...}"
+	got := trim(t, m)
+	if got.Name != "kyma-b" || got.Namespace != "kcp-system" || got.ResourceVersion != "7" || got.UID != "uid-7" ||
+		got.Kind != "Kyma" || got.ManagedFields != nil ||
+		len(got.Labels) != 1 || got.Labels[contract.LabelRuntimeID] != "b" ||
+		len(got.Annotations) != 1 || got.Annotations[contract.AnnotationSKRDomain] != "b.example.com" {
 		t.Errorf("Trim = %+v", got)
 	}
-	st := &metav1.Status{}
-	if kymastore.Trim(st) != st {
-		t.Error("Trim changed a non-Kyma object")
+
+	empty := meta("kyma-e", "", "")
+	empty.Labels = map[string]string{contract.LabelRuntimeID: "", "team": "x"}
+	empty.Annotations = map[string]string{contract.AnnotationSKRDomain: ""}
+	got = trim(t, empty)
+	if got.Labels != nil {
+		t.Errorf("Trim kept an empty runtime-id label: %v", got.Labels)
+	}
+	if v, ok := got.Annotations[contract.AnnotationSKRDomain]; !ok || v != "" {
+		t.Errorf("Trim dropped an empty skr-domain annotation: %v", got.Annotations)
+	}
+
+	for _, other := range []any{&metav1.Status{}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}}}} {
+		if got, err := kymastore.Trim(other); err != nil || got != other {
+			t.Errorf("Trim(%T) = %v, %v; want it unchanged", other, got, err)
+		}
+	}
+}
+
+func trim(t *testing.T, m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	t.Helper()
+	got, err := kymastore.Trim(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.(*metav1.PartialObjectMetadata)
+}
+
+// TestStoreEmptyLabel: a Kyma CR whose runtime-id label is empty is the
+// runtime of its name (identity.RuntimeIDOf), whether or not Trim ran
+// first.
+func TestStoreEmptyLabel(t *testing.T) {
+	raw := meta("runtime-e", "", "e.example.com")
+	raw.Labels = map[string]string{contract.LabelRuntimeID: ""}
+	trimmed, _ := kymastore.Trim(raw.DeepCopy())
+	for _, obj := range []any{raw, trimmed} {
+		s := kymastore.New()
+		if err := s.Replace([]any{obj}, "1"); err != nil {
+			t.Fatal(err)
+		}
+		rt, found, err := lookup(t, s, "runtime-e")
+		if err != nil || !found || rt != (pinning.Runtime{ID: "runtime-e", KymaName: "runtime-e", SKRDomain: "e.example.com"}) {
+			t.Errorf("LookupRuntime(runtime-e) = %+v, %v, %v", rt, found, err)
+		}
+		if _, found, err := lookup(t, s, ""); found || err != nil {
+			t.Errorf("LookupRuntime(\"\") = %v, %v; an empty label names no runtime", found, err)
+		}
 	}
 }
 

@@ -31,6 +31,7 @@ var (
 )
 
 func TestIntegration(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "listener integration")
 }

@@ -2,6 +2,7 @@ package apply_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -13,29 +14,37 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 var (
-	skr   client.Client // the engine's client: unstructured, lazily discovering REST mapper
-	cfg   *rest.Config
-	nsSeq int
-	bgCtx = context.Background()
+	skr     client.Client // the engine's client, built as module-sync builds it (skrClient)
+	skrEnv  *testenv.Cluster
+	nsSeq   int
+	bgCtx   = context.Background()
+	clients = &skrclient.KubeconfigClients{Scheme: clientgoscheme.Scheme, NewMapper: skrclient.DynamicRESTMapper, Timeout: 5 * time.Second}
 )
 
+// Every test here needs the SKR API server: each calls
+// testenv.SkipIfShort first, and under -short none is started.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	env, err := testenv.Start("skr")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cfg = env.Cluster("skr").Config
-	skr, err = apply.NewClient(cfg)
+	skrEnv = env.Cluster("skr")
+	skr, err = skrClient("skr", "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		_ = env.Stop()
@@ -47,6 +56,18 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// skrClient is the client of the SKR as module-sync gets it: through
+// skrclient from a runtime's kubeconfig (unstructured objects, a REST mapper
+// that discovers an API group when it is first used). With server set, the
+// kubeconfig points there instead.
+func skrClient(key, server string) (client.Client, error) {
+	kubeconfig, err := skrEnv.Kubeconfig(server)
+	if err != nil {
+		return nil, err
+	}
+	return clients.For(bgCtx, key, kubeconfig)
 }
 
 // namespace creates a fresh namespace in the SKR for one test.
@@ -117,6 +138,7 @@ func absent(t *testing.T, ns, name string) bool {
 }
 
 func TestStrategies(t *testing.T) {
+	testenv.SkipIfShort(t)
 	ns := namespace(t)
 	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns}}); err != nil {
 		t.Fatal(err)
@@ -200,6 +222,7 @@ func TestStrategies(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
+	testenv.SkipIfShort(t)
 	ns := namespace(t)
 	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: ns}, Data: map[string]string{"key": "theirs"}}
 	if err := skr.Create(bgCtx, foreign); err != nil {
@@ -242,6 +265,7 @@ func TestPrune(t *testing.T) {
 }
 
 func TestBadItemsDoNotStopOthers(t *testing.T) {
+	testenv.SkipIfShort(t)
 	ns := namespace(t)
 	sr := syncResource("bad",
 		item("secret", v1alpha1.CreateAndSync, raw(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":%q},"stringData":{"password":"x"}}`, ns)),
@@ -295,6 +319,7 @@ func TestBadItemsDoNotStopOthers(t *testing.T) {
 }
 
 func TestSubresource(t *testing.T) {
+	testenv.SkipIfShort(t)
 	ns := namespace(t)
 	kyma := func(channel string) k8sruntime.RawExtension {
 		return raw(`{"apiVersion":"operator.kyma-project.io/v1beta2","kind":"Kyma","metadata":{"name":"k","namespace":%q},"spec":{"channel":%q},"status":{"state":"ignored"}}`, ns, channel)
@@ -324,6 +349,7 @@ func TestSubresource(t *testing.T) {
 }
 
 func TestCleanup(t *testing.T) {
+	testenv.SkipIfShort(t)
 	ns := namespace(t)
 	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: ns}}); err != nil {
 		t.Fatal(err)
@@ -358,10 +384,8 @@ func TestCleanup(t *testing.T) {
 }
 
 func TestUnreachableRuntime(t *testing.T) {
-	dead := rest.CopyConfig(cfg)
-	dead.Host = "https://127.0.0.1:1"
-	dead.Timeout = 5 * time.Second
-	c, err := apply.NewClient(dead)
+	testenv.SkipIfShort(t)
+	c, err := skrClient("unreachable", "https://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}

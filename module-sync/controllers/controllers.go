@@ -44,6 +44,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/moduleconfigs"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/syncresources"
@@ -223,7 +224,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.KymaNamespace: {}},
 			ByObject: map[client.Object]cache.ByObject{
-				identity.NewKyma(): {Transform: identity.TrimKyma},
+				identity.NewKyma(): {Transform: kymastore.Trim},
 				// Only the kubeconfig Secrets are read; other Secrets of
 				// the namespace are cached without their data.
 				&corev1.Secret{}: {Transform: trimSecret},

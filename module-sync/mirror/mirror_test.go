@@ -3,11 +3,13 @@ package mirror_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,23 +20,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 var (
 	kcp    client.Client // counts its writes in writes
 	writes atomic.Int64
-	skr    client.Client
-	skrCfg *rest.Config
+	skr    client.Client // built as module-sync builds it (skrClient)
+	skrEnv *testenv.Cluster
 	ctx    = context.Background()
 )
 
@@ -67,7 +68,13 @@ func moduleCRD(plural, kind string) *apiextensionsv1.CustomResourceDefinition {
 
 func ptr[T any](v T) *T { return &v }
 
+// Every test here needs the API servers: each calls testenv.SkipIfShort
+// first, and under -short none is started.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
 }
 
@@ -82,14 +89,14 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
-	skrCfg = env.Cluster("skr").Config
-	if _, err := envtest.InstallCRDs(skrCfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{
+	skrEnv = env.Cluster("skr")
+	if _, err := envtest.InstallCRDs(skrEnv.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{
 		moduleCRD("serverlesses", "Serverless"), moduleCRD("kedas", "Keda"),
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if skr, err = apply.NewClient(skrCfg); err != nil {
+	if skr, err = skrClient("skr", ""); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -129,6 +136,18 @@ func run(m *testing.M) int {
 		},
 	})
 	return m.Run()
+}
+
+// skrClient is the client of the SKR as module-sync gets it: through
+// skrclient from a runtime's kubeconfig. With server set, the kubeconfig
+// points there instead.
+func skrClient(key, server string) (client.Client, error) {
+	kubeconfig, err := skrEnv.Kubeconfig(server)
+	if err != nil {
+		return nil, err
+	}
+	clients := &skrclient.KubeconfigClients{Scheme: clientgoscheme.Scheme, NewMapper: skrclient.DynamicRESTMapper, Timeout: 5 * time.Second}
+	return clients.For(ctx, key, kubeconfig)
 }
 
 var seq int
@@ -203,6 +222,7 @@ func syncOnce(t *testing.T, m *mirror.Mirror, kyma mirror.Kyma) (mirror.Result, 
 }
 
 func TestMirror(t *testing.T) {
+	testenv.SkipIfShort(t)
 	kyma, ns := setup(t)
 	m := &mirror.Mirror{KCP: kcp, Resources: []mirror.ModuleResource{serverless, keda, absentCRD}}
 
@@ -357,15 +377,14 @@ func TestMirror(t *testing.T) {
 }
 
 func TestUnreachableRuntimeDeletesNothing(t *testing.T) {
+	testenv.SkipIfShort(t)
 	kyma, ns := setup(t)
 	m := &mirror.Mirror{KCP: kcp, Resources: []mirror.ModuleResource{serverless, keda}}
 	create(t, moduleCR("Serverless", ns, "default", map[string]any{}))
 	if _, err := m.Sync(ctx, skr, kyma); err != nil {
 		t.Fatal(err)
 	}
-	dead := rest.CopyConfig(skrCfg)
-	dead.Host = "https://127.0.0.1:1"
-	deadClient, err := apply.NewClient(dead)
+	deadClient, err := skrClient("unreachable", "https://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,24 +34,36 @@ type Sender interface {
 	Send(ctx context.Context, manager string, ev contract.WatchEvent) Result
 }
 
-// Config of a Dispatcher. Zero values take the defaults below.
+// Defaults of Config, the one definition of each: skr-webhook's flags
+// default to them too.
+const (
+	DefaultQueueSize      = 10000
+	DefaultWorkers        = 16
+	DefaultMaxRetryAge    = time.Hour
+	DefaultBaseDelay      = 200 * time.Millisecond
+	DefaultMaxDelay       = 30 * time.Second
+	DefaultAttemptTimeout = 5 * time.Second
+	DefaultObjectInterval = time.Second
+	DefaultMaxManagers    = 1024
+)
+
+// Config of a Dispatcher. Zero values take the Default* values above.
 type Config struct {
-	QueueSize      int           // pending object entries; default 10000
-	Workers        int           // concurrent deliveries; default 16
-	MaxRetryAge    time.Duration // drop a failing event after this (expired resync); default 1h
-	BaseDelay      time.Duration // first retry delay; default 200ms
-	MaxDelay       time.Duration // largest retry delay, Retry-After included; default 30s
-	AttemptTimeout time.Duration // bounds one attempt; default 5s
+	QueueSize      int           // pending object entries
+	Workers        int           // concurrent deliveries
+	MaxRetryAge    time.Duration // drop a failing event after this (expired resync)
+	BaseDelay      time.Duration // first retry delay
+	MaxDelay       time.Duration // largest retry delay, Retry-After included
+	AttemptTimeout time.Duration // bounds one attempt
 	// ObjectInterval is the least time between two deliveries of one object
-	// (changes in between coalesce into one delivery). Negative disables it;
-	// default 1s.
+	// (changes in between coalesce into one delivery). Negative disables it.
 	ObjectInterval time.Duration
 	// HeartbeatInterval: a heartbeat per known manager this often. Zero:
 	// none.
 	HeartbeatInterval time.Duration
 	// MaxManagers bounds the managers known (from the managers file and from
-	// admission paths); default 256. Events of a manager beyond it are still
-	// delivered, but it gets no resyncs or heartbeats (counted).
+	// admission paths). Events of a manager beyond it are still delivered,
+	// but it gets no resyncs or heartbeats (counted).
 	MaxManagers int
 	// Registerer takes the metrics; none are registered when nil.
 	Registerer prometheus.Registerer
@@ -63,34 +75,34 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.QueueSize <= 0 {
-		c.QueueSize = 10000
+		c.QueueSize = DefaultQueueSize
 	}
 	if c.Workers <= 0 {
-		c.Workers = 16
+		c.Workers = DefaultWorkers
 	}
 	if c.MaxRetryAge <= 0 {
-		c.MaxRetryAge = time.Hour
+		c.MaxRetryAge = DefaultMaxRetryAge
 	}
 	if c.BaseDelay <= 0 {
-		c.BaseDelay = 200 * time.Millisecond
+		c.BaseDelay = DefaultBaseDelay
 	}
 	if c.MaxDelay <= 0 {
-		c.MaxDelay = 30 * time.Second
+		c.MaxDelay = DefaultMaxDelay
 	}
 	if c.MaxDelay < c.BaseDelay {
 		c.MaxDelay = c.BaseDelay
 	}
 	if c.AttemptTimeout <= 0 {
-		c.AttemptTimeout = 5 * time.Second
+		c.AttemptTimeout = DefaultAttemptTimeout
 	}
 	switch {
 	case c.ObjectInterval == 0:
-		c.ObjectInterval = time.Second
+		c.ObjectInterval = DefaultObjectInterval
 	case c.ObjectInterval < 0:
 		c.ObjectInterval = 0
 	}
 	if c.MaxManagers <= 0 {
-		c.MaxManagers = 256
+		c.MaxManagers = DefaultMaxManagers
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
@@ -124,8 +136,6 @@ const (
 
 var dropReasons = []string{DropOverflow, DropExpired, DropShutdown, DropBadRequest, DropTooLarge,
 	DropUnsupportedMediaType, DropUnprocessable, DropInvalid}
-
-var resyncReasons = []contract.ResyncReason{contract.ResyncStartup, contract.ResyncOverflow, contract.ResyncExpired}
 
 // manager is what the dispatcher knows of one manager.
 type manager struct {

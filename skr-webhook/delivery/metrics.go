@@ -1,6 +1,10 @@
 package delivery
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+)
 
 type metrics struct {
 	accepted         prometheus.Counter
@@ -84,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, d *Dispatcher) *metrics {
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r) // export zeros
 	}
-	for _, r := range resyncReasons {
+	for _, r := range contract.ResyncReasons {
 		m.resyncsRequested.WithLabelValues(string(r))
 		m.resyncsSent.WithLabelValues(string(r))
 	}

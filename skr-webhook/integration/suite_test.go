@@ -58,6 +58,7 @@ var (
 )
 
 func TestIntegration(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "skr-webhook integration")
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 var (
@@ -26,6 +27,7 @@ var (
 // share one environment and run in Ginkgo's random order: each starts with
 // pathReady and puts back what it changes, so none depends on another.
 func TestE2E(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Runtime Watcher end to end ("+envName()+")")
 }

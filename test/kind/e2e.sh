@@ -23,7 +23,8 @@
 #   E2E_KIND_CLEANUP  on-success (default) | always | never: delete the clusters
 #   ISTIO_INSTALLER   helm | istioctl (default: helm when found, else istioctl)
 #   E2E_TIMEOUT       go test -timeout (default 30m)
-#   E2E_GO_TEST_FLAGS extra go test flags, e.g. "-v -ginkgo.focus=outage"
+#   E2E_GO_TEST_FLAGS extra go test flags, e.g. "-ginkgo.focus=outage" (the
+#                     suite runs with -v: Ginkgo's summary is in the output)
 #                     (the `delivery` specs need the local environment's
 #                     delivery controls, the `module-sync` specs its demo
 #                     module manager; both are left out here)
@@ -270,7 +271,7 @@ run_suite() {
 		KYMA_NAMESPACE="$KYMA_NS" \
 		RUNTIME_ID="$RUNTIME_ID" \
 		SKR_DOMAIN="$SKR_DOMAIN" \
-		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -ginkgo.label-filter='!delivery && !module-sync && !takeover' ${E2E_GO_TEST_FLAGS:-}
+		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -v -ginkgo.label-filter='!delivery && !module-sync && !takeover' -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
 }
 
 # collect_diagnostics: what is needed to understand a failure, in

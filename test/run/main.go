@@ -178,20 +178,36 @@ func run(interval time.Duration) (err error) {
 		case o := <-loop:
 			printObservation(o, sent)
 		case ev := <-sys.Events:
-			latency := "(a write not made by this demo)"
-			if !pending.IsZero() && !ev.Time.Before(pending) {
-				latency = fmt.Sprintf("SKR write → operator: %s", ev.Time.Sub(pending).Round(100*time.Microsecond))
-				pending = time.Time{}
-			}
 			if firstAt.IsZero() {
 				firstAt = ev.Time
 				fmt.Printf("  (first event %s after `make run` started)\n", firstAt.Sub(began).Round(100*time.Millisecond))
 			}
-			fmt.Printf("  %s  operator received: runtime %q, %s %s/%s (%s/%s)  %s\n",
-				ev.Time.Format("15:04:05.000"), ev.RuntimeID, ev.GVK.Kind, ev.Watched.Namespace, ev.Watched.Name,
-				ev.GVK.Group, ev.GVK.Version, latency)
+			// A resync answers no write: it does not end the wait for one.
+			var since time.Time
+			if ev.Resync == "" && !pending.IsZero() && !ev.Time.Before(pending) {
+				since, pending = pending, time.Time{}
+			}
+			fmt.Println(receivedLine(ev, since))
 		}
 	}
+}
+
+// receivedLine is the line `make run` prints for an event the example
+// operator received: a change names the watched object and, when it
+// answers the demo's write made at written (non-zero), the time from that
+// write; a resync names its reason, as the operator re-reads the whole
+// runtime then.
+func receivedLine(ev localenv.ReceivedEvent, written time.Time) string {
+	at := ev.Time.Format("15:04:05.000")
+	if ev.Resync != "" {
+		return fmt.Sprintf("  %s  operator received: runtime %q, %s resync (it re-reads the whole runtime)", at, ev.RuntimeID, ev.Resync)
+	}
+	latency := "(a write not made by this demo)"
+	if !written.IsZero() {
+		latency = fmt.Sprintf("SKR write → operator: %s", ev.Time.Sub(written).Round(100*time.Microsecond))
+	}
+	return fmt.Sprintf("  %s  operator received: runtime %q, %s %s/%s (%s/%s)  %s",
+		at, ev.RuntimeID, ev.GVK.Kind, ev.Watched.Namespace, ev.Watched.Name, ev.GVK.Group, ev.GVK.Version, latency)
 }
 
 // installShims points envtest (KUBEBUILDER_ASSETS) at <dir>/assets, where

@@ -21,6 +21,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -181,6 +182,25 @@ func startCluster(name, assets, dir string) (*Cluster, error) {
 		return nil, err
 	}
 	return &Cluster{Name: name, Config: cfg, Client: c, KubeconfigPath: path, env: env}, nil
+}
+
+// Kubeconfig is the cluster's admin kubeconfig (the file at KubeconfigPath),
+// as a runtime's kubeconfig Secret carries it for skrclient. With server
+// set, its clusters point there instead (an address where nothing listens
+// makes an unreachable runtime).
+func (c *Cluster) Kubeconfig(server string) ([]byte, error) {
+	data, err := os.ReadFile(c.KubeconfigPath)
+	if err != nil || server == "" {
+		return data, err
+	}
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = server
+	}
+	return clientcmd.Write(*kc)
 }
 
 // Cluster returns the named cluster, or nil.

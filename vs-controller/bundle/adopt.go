@@ -17,14 +17,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 )
 
 // Names and labels of Lifecycle Manager's SKR objects.
 const (
-	// LMManagedByLabel and LMManagedByValue mark every object LM applies
-	// into an SKR (LM finds them by kind and name, not by this label).
-	LMManagedByLabel = "operator.kyma-project.io/managed-by"
+	// LMManagedByLabel (the contract's managed-by label, also on Watchers)
+	// and LMManagedByValue mark every object LM applies into an SKR (LM
+	// finds them by kind and name, not by this label).
+	LMManagedByLabel = contract.LabelManagedBy
 	LMManagedByValue = "kyma"
 	// LMMetricsServiceName, LMPriorityClassName: LM's objects that have no
 	// counterpart in our bundle.

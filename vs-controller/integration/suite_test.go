@@ -57,6 +57,7 @@ var (
 )
 
 func TestIntegration(t *testing.T) {
+	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "vs-controller integration")
 }

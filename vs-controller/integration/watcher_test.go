@@ -92,7 +92,7 @@ var _ = Describe("Watcher → VirtualService", func() {
 		Expect(metav1.IsControlledBy(vs, w)).To(BeTrue(), "owner reference to the Watcher")
 		Expect(w.Finalizers).To(ContainElement(routing.Finalizer))
 		Expect(vs.ManagedFields).To(ContainElement(And(
-			HaveField("Manager", routing.FieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationApply))),
+			HaveField("Manager", apply.FieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationApply))),
 			"written with server-side apply by the field owner")
 
 		Eventually(watcherStatus(ctx, key)).Should(And(

@@ -44,8 +44,6 @@ const (
 	// Finalizer on Watchers: the VirtualService is deleted before the
 	// Watcher goes away.
 	Finalizer = "operator.kyma-project.io/watcher"
-	// FieldOwner is the server-side apply field manager.
-	FieldOwner = "vs-controller"
 	// ControllerName names the controller (logs, metrics).
 	ControllerName = "watcher-virtualservice"
 	// DefaultGatewayNamespace is where the selected Istio Gateways live.
@@ -202,7 +200,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	default:
 		live = cur
 	}
-	wrote, err := apply.Ensure(ctx, r.Client, FieldOwner, desired, live)
+	wrote, err := apply.Ensure(ctx, r.Client, apply.FieldOwner, desired, live)
 	if err != nil {
 		metrics.VirtualServiceReconciles.WithLabelValues("apply-failed").Inc()
 		return ctrl.Result{}, r.fail(ctx, w, ReasonApplyFailed, err)

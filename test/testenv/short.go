@@ -1,0 +1,15 @@
+package testenv
+
+import "testing"
+
+// SkipIfShort skips a test that needs real API servers (or the project's
+// binaries running against them) under `go test -short`: that is the unit
+// tier, `make test-unit`, the inner loop, which needs no API server binaries
+// and no bin/k8s. `make test` runs without -short, so every test runs there.
+// Such a test (or the Test function of a Ginkgo suite) calls it first.
+func SkipIfShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs real API servers: skipped by -short (make test-unit); make test runs it")
+	}
+}
