@@ -1,22 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"flag"
-	"io"
-	"strings"
 	"testing"
+
+	"github.com/seed-c8be168e/runtime-watcher/startup/startuptest"
 )
 
 func TestParseOptions(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		args    []string
-		wantErr string
-		check   func(t *testing.T, o *options)
-	}{
-		{name: "defaults", args: nil, check: func(t *testing.T, o *options) {
+	startuptest.Run(t, parseOptions, []startuptest.Case[*options]{
+		{Name: "defaults", Args: nil, Check: func(t *testing.T, o *options) {
 			if o.listenAddr != ":8082" || o.manager != "example-operator" || o.kymaNamespace != "kcp-system" || o.identity != "header" || o.print != "text" {
 				t.Errorf("%+v", o)
 			}
@@ -24,53 +16,31 @@ func TestParseOptions(t *testing.T) {
 				t.Error("zap: not the development (console) encoder by default")
 			}
 		}},
-		{name: "deprecated aliases", args: []string{"--metrics-addr", ":9090", "--health-addr", ":9091"}, check: func(t *testing.T, o *options) {
+		{Name: "deprecated aliases", Args: []string{"--metrics-addr", ":9090", "--health-addr", ":9091"}, Check: func(t *testing.T, o *options) {
 			if o.metricsAddr != ":9090" || o.healthAddr != ":9091" {
 				t.Errorf("metrics %q health %q", o.metricsAddr, o.healthAddr)
 			}
 		}},
-		{name: "san pinning with TLS, json", args: []string{"--identity", "san-pinning", "--tls-cert-file", "c", "--tls-key-file", "k", "--print", "json", "--leader-elect"},
-			check: func(t *testing.T, o *options) {
+		{Name: "san pinning with TLS, json", Args: []string{"--identity", "san-pinning", "--tls-cert-file", "c", "--tls-key-file", "k", "--print", "json", "--leader-elect"},
+			Check: func(t *testing.T, o *options) {
 				if o.identity != "san-pinning" || o.tlsCertFile != "c" || o.print != "json" || !o.leaderElect {
 					t.Errorf("%+v", o)
 				}
 			}},
-		{name: "version skips validation", args: []string{"--version", "--print", "xml"}, check: func(t *testing.T, o *options) {
+		{Name: "version skips validation", Args: []string{"--version", "--print", "xml"}, Check: func(t *testing.T, o *options) {
 			if !o.Version {
 				t.Error("Version not set")
 			}
 		}},
-		{name: "identity", args: []string{"--identity", "cn"}, wantErr: `--identity must be header or san-pinning, not "cn"`},
-		{name: "certificate without key", args: []string{"--tls-cert-file", "c"}, wantErr: "--tls-cert-file and --tls-key-file go together"},
-		{name: "key without certificate", args: []string{"--tls-key-file", "k"}, wantErr: "--tls-cert-file and --tls-key-file go together"},
-		{name: "print", args: []string{"--print", "xml"}, wantErr: `--print="xml": want text or json`},
-		{name: "unknown flag", args: []string{"--nope"}, wantErr: "flag provided but not defined"},
-		{name: "argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			o, err := parseOptions(tt.args, io.Discard)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, o)
-		})
-	}
+		{Name: "identity", Args: []string{"--identity", "cn"}, WantErr: `--identity must be header or san-pinning, not "cn"`},
+		{Name: "certificate without key", Args: []string{"--tls-cert-file", "c"}, WantErr: "--tls-cert-file and --tls-key-file go together"},
+		{Name: "key without certificate", Args: []string{"--tls-key-file", "k"}, WantErr: "--tls-cert-file and --tls-key-file go together"},
+		{Name: "print", Args: []string{"--print", "xml"}, WantErr: `--print="xml": want text or json`},
+		{Name: "unknown flag", Args: []string{"--nope"}, WantErr: "flag provided but not defined"},
+		{Name: "argument", Args: []string{"serve"}, WantErr: "unexpected arguments"},
+	})
 }
 
 func TestParseOptionsHelp(t *testing.T) {
-	for _, arg := range []string{"-h", "--help"} {
-		var out bytes.Buffer
-		if _, err := parseOptions([]string{arg}, &out); !errors.Is(err, flag.ErrHelp) {
-			t.Fatalf("%s: %v, want flag.ErrHelp", arg, err)
-		}
-		if !strings.HasPrefix(out.String(), "Usage: example [flags]") || !strings.Contains(out.String(), "-kubeconfig") {
-			t.Errorf("%s: usage\n%s", arg, out.String())
-		}
-	}
+	startuptest.Help(t, parseOptions, "example", "kubeconfig", "listen-addr", "metrics-bind-address", "metrics-addr", "health-probe-bind-address", "health-addr", "leader-elect", "version", "zap-log-level")
 }
