@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,10 +11,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
-	"github.com/seed-c8be168e/runtime-watcher/version"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
 
 // options are ext-authz's flags (flags only; no environment variables).
@@ -33,8 +31,7 @@ type options struct {
 	maxConns      int
 	maxStreamsAll int
 	checkTimeout  time.Duration
-	zap           zap.Options
-	version       bool // print the version and exit
+	startup.Common
 
 	caBundle *cafile.Bundle // caFile as read at start
 }
@@ -42,13 +39,8 @@ type options struct {
 // parseFlags parses and validates args (without the program name). -h and
 // --help print the usage to errOut and return flag.ErrHelp.
 func parseFlags(args []string, errOut io.Writer) (*options, error) {
-	o := &options{zap: zap.Options{Development: false}}
-	fs := flag.NewFlagSet("ext-authz", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ext-authz [flags]\n\nEnvoy ext_authz gRPC service: SAN pinning of SKR client certificates against the Kyma CRs.\n\n")
-		fs.PrintDefaults()
-	}
+	o := &options{}
+	fs := o.FlagSet("ext-authz", "Envoy ext_authz gRPC service: SAN pinning of SKR client certificates against the Kyma CRs.", errOut)
 	fs.StringVar(&o.grpcAddr, "grpc-addr", ":9001", "address of the gRPC server (envoy.service.auth.v3.Authorization and grpc.health.v1.Health)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file of the KCP cluster; in-cluster configuration when empty")
 	fs.StringVar(&o.kymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs")
@@ -64,17 +56,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "longest a gRPC stream (but a health Watch) may take from its headers to its end; a Check whose client stalls or dribbles its message ends with DEADLINE_EXCEEDED (Envoy waits 200ms by default)")
-	showVersion := version.BindFlag(fs)
-	o.zap.BindFlags(fs)
 
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if o.version = *showVersion; o.version {
-		return o, nil
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	if err := o.Parse(fs, args); err != nil || o.Version {
+		return o, err
 	}
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", o.grpcAddr}, {"metrics-bind-address", o.metricsAddr}, {"health-probe-bind-address", o.healthAddr}} {
 		if err := validAddr(a.addr); err != nil {

@@ -57,7 +57,7 @@ func TestParseFlags(t *testing.T) {
 			check: func(o *options) bool { return o.metricsAddr == ":9092" && o.healthAddr == ":9093" }},
 		{name: "the environment is not read", env: map[string]string{"EXT_AUTHZ_KYMA_NAMESPACE": "from-env", "EXT_AUTHZ_API_TIMEOUT": "soon"},
 			check: func(o *options) bool { return o.kymaNamespace == "kcp-system" && o.apiTimeout == 10*time.Second }},
-		{name: "version", args: []string{"--version", "--kyma-namespace=NOT-VALIDATED"}, check: func(o *options) bool { return o.version }},
+		{name: "version", args: []string{"--version", "--kyma-namespace=NOT-VALIDATED"}, check: func(o *options) bool { return o.Version }},
 		{name: "bad namespace", args: []string{"--kyma-namespace=KCP"}, wantErr: "--kyma-namespace"},
 		{name: "bad port", args: []string{"--health-probe-bind-address=:http"}, wantErr: "--health-probe-bind-address"},
 		{name: "port out of range", args: []string{"--metrics-bind-address=:70000"}, wantErr: "--metrics-bind-address"},

@@ -21,11 +21,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -42,9 +40,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
@@ -52,38 +47,11 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
-	"github.com/seed-c8be168e/runtime-watcher/memlimit"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
-func main() {
-	o, err := parseFlags(os.Args[1:], os.Stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "ext-authz: invalid flags:", err)
-		os.Exit(2)
-	case o.version:
-		version.Print(os.Stdout, "ext-authz")
-		os.Exit(0)
-	}
-	log := zap.New(zap.UseFlagOptions(&o.zap))
-	ctrllog.SetLogger(log)
-	limit, source, err := memlimit.Apply(os.Getenv, memlimit.CgroupRoot, memlimit.DefaultRatio)
-	if err != nil {
-		log.Info("no soft memory limit from the cgroup", "error", err.Error())
-	}
-	log.Info("soft memory limit", "limit", memlimit.String(limit), "source", source)
-
-	// SIGTERM or SIGINT ends ctx; a second signal exits at once.
-	ctx := signals.SetupSignalHandler()
-	if err := run(ctx, o, log); err != nil {
-		log.Error(err, "ext-authz failed")
-		fmt.Fprintln(os.Stderr, "ext-authz:", err)
-		os.Exit(1)
-	}
-}
+func main() { startup.Main("ext-authz", parseFlags, run) }
 
 // run serves until ctx is done (graceful stop) or something fails.
 func run(ctx context.Context, o *options, log logr.Logger) error {

@@ -136,7 +136,7 @@ var _ = Describe("the binaries, the Dockerfile and the images", func() {
 		}
 	})
 
-	// memlimit.Apply sets Go's soft memory limit to 90 % of MEMORY_LIMIT;
+	// memlimit.Apply (called by startup.Main) sets Go's soft memory limit to 90 % of MEMORY_LIMIT;
 	// without it 90 % of the cgroup limit, and a GOMEMLIMIT of the limit
 	// itself (what module-sync had) leaves no headroom before the OOM killer.
 	It("give every Go binary of the KCP and the SKR its memory limit as MEMORY_LIMIT, which it reads", func() {
@@ -168,13 +168,18 @@ var _ = Describe("the binaries, the Dockerfile and the images", func() {
 					Expect(e.ValueFrom.ResourceFieldRef.Divisor.IsZero() || e.ValueFrom.ResourceFieldRef.Divisor.Value() == 1).To(BeTrue(), "%s: %s is in bytes", what, e.Name)
 					Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory), what)
 
+					// Every binary starts through package startup, which
+					// applies the limit.
 					main, err := os.ReadFile(repoPath(binary, "main.go"))
 					Expect(err).NotTo(HaveOccurred())
-					Expect(string(main)).To(ContainSubstring("memlimit.Apply(os.Getenv"), "%s: %s does not read %s", what, binary, e.Name)
+					Expect(string(main)).To(ContainSubstring("startup.Main("), "%s: %s does not start through package startup, which reads %s", what, binary, e.Name)
 				}
 			}
 		}
 		Expect(seen).To(BeNumerically(">=", 4), "vs-controller, ext-authz, module-sync and the skr-webhook")
+		start, err := os.ReadFile(repoPath("startup", "startup.go"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(start)).To(ContainSubstring("memlimit.Apply(os.Getenv"), "package startup does not read %s", memlimit.ContainerLimitEnv)
 	})
 
 	It("use, in the kind overlay and the samples, the images that e2e.sh builds and loads", func() {

@@ -2,16 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
-	"github.com/seed-c8be168e/runtime-watcher/version"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
 
 // config is the parsed command line.
@@ -41,21 +38,15 @@ type config struct {
 	heartbeatInterval time.Duration
 	maxManagers       int
 
-	zap     zap.Options
-	version bool // print the version and exit
+	startup.Common
 }
 
 // parseConfig reads and validates the flags (flags only; no environment
 // variables). -h and --help print the usage to stderr and return
-// flag.ErrHelp; --version returns at once with c.version set.
+// flag.ErrHelp; --version returns at once with c.Version set.
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("skr-webhook", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: skr-webhook [flags]\n\nAdmission webhook in an SKR: answers POST /validate/<manager> at once and delivers WatchEvents to the KCP over mTLS.\n\n")
-		fs.PrintDefaults()
-	}
+	fs := c.FlagSet("skr-webhook", "Admission webhook in an SKR: answers POST /validate/<manager> at once and delivers WatchEvents to the KCP over mTLS.", stderr)
 	fs.StringVar(&c.listenAddr, "listen-addr", ":8443", "HTTPS address of the admission endpoint POST /validate/<manager>")
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM), e.g. tls.crt of Secret skr-webhook-tls (required)")
 	fs.StringVar(&c.keyFile, "tls-key-file", "", "serving key (PEM) (required)")
@@ -80,17 +71,9 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync and heartbeats (managers first seen in a /validate/<manager> path too)")
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each known manager a heartbeat this often (0: off)")
 	fs.IntVar(&c.maxManagers, "max-managers", delivery.DefaultMaxManagers, "managers known (managers file and admission paths) at most; one beyond gets no resyncs or heartbeats (counted), its events are still delivered")
-	showVersion := version.BindFlag(fs)
-	c.zap.BindFlags(fs)
 
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if c.version = *showVersion; c.version {
-		return c, nil
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	if err := c.Parse(fs, args); err != nil || c.Version {
+		return c, err
 	}
 	clientDefaulted := c.clientCertFile == "" && c.clientKeyFile == ""
 	if clientDefaulted {

@@ -17,12 +17,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,50 +30,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
-func main() {
-	cfg, err := parseConfig(os.Args[1:], os.Stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "skr-webhook: invalid flags:", err)
-		os.Exit(2)
-	case cfg.version:
-		version.Print(os.Stdout, "skr-webhook")
-		os.Exit(0)
-	}
-	ctrllog.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
-	log := ctrllog.Log.WithName("skr-webhook")
-	limit, source, err := memlimit.Apply(os.Getenv, memlimit.CgroupRoot, memlimit.DefaultRatio)
-	if err != nil {
-		log.Info("no soft memory limit from the cgroup", "error", err.Error())
-	}
-	log.Info("soft memory limit", "limit", memlimit.String(limit), "source", source)
+func main() { startup.Main("skr-webhook", parseConfig, run) }
 
-	// SIGTERM or SIGINT ends ctx; a second signal exits at once.
-	ctx := signals.SetupSignalHandler()
+// run wires the webhook and serves until ctx ends.
+func run(ctx context.Context, cfg *config, log logr.Logger) error {
 	a, err := newApp(cfg, log)
 	if err != nil {
-		log.Error(err, "startup failed")
-		fmt.Fprintln(os.Stderr, "skr-webhook:", err)
-		os.Exit(1)
+		return fmt.Errorf("startup: %w", err)
 	}
-	if err := a.run(ctx); err != nil {
-		log.Error(err, "stopped with an error")
-		os.Exit(1)
-	}
+	return a.run(ctx)
 }
 
 // app is the wired webhook: certificates, delivery, the three servers.

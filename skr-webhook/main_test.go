@@ -112,7 +112,7 @@ func TestParseConfig(t *testing.T) {
 		{
 			name:  "version needs no other flag",
 			args:  []string{"--version"},
-			check: func(t *testing.T, c *config) { t.Helper(); gomega.NewWithT(t).Expect(c.version).To(gomega.BeTrue()) },
+			check: func(t *testing.T, c *config) { t.Helper(); gomega.NewWithT(t).Expect(c.Version).To(gomega.BeTrue()) },
 		},
 		{
 			name: "separate client pair",

@@ -24,13 +24,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -52,7 +53,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
-	"github.com/seed-c8be168e/runtime-watcher/version"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
 
 // kymaEvent is the work item: the Kyma to reconcile and the event that
@@ -69,6 +70,7 @@ type kymaEvent struct {
 }
 
 type options struct {
+	startup.Common
 	listenAddr, manager, kymaNamespace string
 	metricsAddr, healthAddr            string
 	identity, caFile                   string
@@ -79,44 +81,47 @@ type options struct {
 }
 
 func main() {
-	var o options
-	// --kubeconfig is registered by controller-runtime (pkg/client/config).
-	flag.StringVar(&o.listenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
-	flag.StringVar(&o.manager, "manager", "example-operator", "manager name in the event path (a DNS-1123 label)")
-	flag.StringVar(&o.kymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs")
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (\"0\" disables)")
-	flag.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables)")
-	flag.Var(flag.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
-	flag.Var(flag.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
-	flag.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: every replica serves and is ready, only the leader accepts events (others answer 503) and reconciles")
-	flag.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
-	flag.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
-	flag.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
-	flag.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
-	flag.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
-	flag.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
-	showVersion := version.BindFlag(flag.CommandLine)
-	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nAn example KCP operator that reconciles the Kyma of every SKR event it receives.\n\n", os.Args[0])
-		flag.PrintDefaults()
-	}
-	flag.Parse() // -h and --help print the usage and exit 0; bad flags exit 2
-	if *showVersion {
-		version.Print(os.Stdout, "example")
-		os.Exit(0)
-	}
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "example: unexpected arguments: %q\n", flag.Args())
-		os.Exit(2)
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	startup.Main("example", parseOptions, func(ctx context.Context, o *options, _ logr.Logger) error {
+		return run(ctx, *o, os.Stdout)
+	})
+}
 
-	if err := run(ctrl.SetupSignalHandler(), o, os.Stdout); err != nil {
-		ctrl.Log.Error(err, "example operator failed")
-		os.Exit(1)
+// parseOptions reads and validates the flags (args without the program
+// name). -h and --help print the usage to errOut and return flag.ErrHelp;
+// --version returns at once with Version set.
+func parseOptions(args []string, errOut io.Writer) (*options, error) {
+	o := &options{}
+	o.Zap = zap.Options{Development: true, Level: zapcore.InfoLevel}
+	fs := o.FlagSet("example", "An example KCP operator that reconciles the Kyma of every SKR event it receives.", errOut)
+	// --kubeconfig, read by ctrl.GetConfig.
+	ctrlconfig.RegisterFlags(fs)
+	fs.StringVar(&o.listenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
+	fs.StringVar(&o.manager, "manager", "example-operator", "manager name in the event path (a DNS-1123 label)")
+	fs.StringVar(&o.kymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (\"0\" disables)")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables)")
+	fs.Var(fs.Lookup("metrics-bind-address").Value, "metrics-addr", "deprecated: use --metrics-bind-address")
+	fs.Var(fs.Lookup("health-probe-bind-address").Value, "health-addr", "deprecated: use --health-probe-bind-address")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: every replica serves and is ready, only the leader accepts events (others answer 503) and reconciles")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
+	fs.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
+	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
+	fs.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
+	if err := o.Parse(fs, args); err != nil || o.Version {
+		return o, err
 	}
+	if o.identity != "header" && o.identity != "san-pinning" {
+		return nil, fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
+	}
+	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
+		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	if o.print != "text" && o.print != "json" {
+		return nil, fmt.Errorf("--print=%q: want text or json", o.print)
+	}
+	return o, nil
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
@@ -166,11 +171,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			}
 		}
 		lopts = append(lopts, listener.WithSANPinning(v))
-	default:
+	default: // parseOptions accepts no other
 		return fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
-	}
-	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
-		return errors.New("--tls-cert-file and --tls-key-file go together")
 	}
 	if o.tlsCertFile != "" {
 		lopts = append(lopts, listener.WithTLSFiles(o.tlsCertFile, o.tlsKeyFile))
@@ -201,9 +203,6 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 
-	if o.print != "text" && o.print != "json" {
-		return fmt.Errorf("--print=%q: want text or json", o.print)
-	}
 	r := &reconciler{client: mgr.GetClient(), out: out, json: o.print == "json"}
 	err = builder.TypedControllerManagedBy[kymaEvent](mgr).
 		Named("skr-events").

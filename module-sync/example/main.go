@@ -23,30 +23,34 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
+	"io"
+	"strings"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -56,71 +60,77 @@ const LabelModuleName = "operator.kyma-project.io/module-name"
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=moduleconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources,verbs=get;list;watch;create;update;delete
 
-func main() {
-	var (
-		metricsAddr, healthAddr, namespace, module, leNamespace string
-		leaderElect                                             bool
-	)
-	fs := flag.CommandLine
-	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (\"0\" disables)")
-	fs.StringVar(&healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables)")
-	fs.BoolVar(&leaderElect, "leader-elect", false, "use leader election (one active replica)")
-	fs.StringVar(&leNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
-	fs.StringVar(&namespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, ModuleConfigs and SyncResources")
-	fs.StringVar(&module, "module", "sample", "the module whose ModuleConfigs this manager reads")
-	showVersion := version.BindFlag(fs)
-	zopts := zap.Options{}
-	zopts.BindFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: example [flags]\n\nAn example module manager: ModuleConfigs of one module -> SyncResources.\n\n")
-		fs.PrintDefaults()
+// options are the example's flags.
+type options struct {
+	startup.Common
+	metricsAddr, healthAddr, namespace, module, leNamespace string
+	leaderElect                                             bool
+}
+
+func main() { startup.Main("example", parseOptions, run) }
+
+// parseOptions reads and validates the flags (args without the program
+// name). -h and --help print the usage to errOut and return flag.ErrHelp;
+// --version returns at once with Version set.
+func parseOptions(args []string, errOut io.Writer) (*options, error) {
+	o := &options{}
+	fs := o.FlagSet("example", "An example module manager: ModuleConfigs of one module -> SyncResources.", errOut)
+	// --kubeconfig, read by ctrl.GetConfig.
+	ctrlconfig.RegisterFlags(fs)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (\"0\" disables)")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election (one active replica)")
+	fs.StringVar(&o.leNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&o.namespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, ModuleConfigs and SyncResources")
+	fs.StringVar(&o.module, "module", "sample", "the module whose ModuleConfigs this manager reads")
+	if err := o.Parse(fs, args); err != nil || o.Version {
+		return o, err
 	}
-	flag.Parse()
-	if *showVersion {
-		version.Print(os.Stdout, "example")
-		os.Exit(0)
+	if errs := validation.IsDNS1123Label(o.module); len(errs) > 0 {
+		return nil, fmt.Errorf("--module %q: %s", o.module, strings.Join(errs, "; "))
 	}
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "example: unexpected arguments: %q\n", flag.Args())
-		os.Exit(2)
+	if o.leNamespace == "" {
+		o.leNamespace = o.namespace
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
-	if leNamespace == "" {
-		leNamespace = namespace
-	}
+	return o, nil
+}
+
+// run runs the module manager until ctx ends.
+func run(ctx context.Context, o *options, log logr.Logger) error {
 	scheme := k8sruntime.NewScheme()
 	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			panic(err)
+			return err
 		}
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  healthAddr,
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        module + "-module-manager.operator.kyma-project.io",
-		LeaderElectionNamespace: leNamespace,
-		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.healthAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.module + "-module-manager.operator.kyma-project.io",
+		LeaderElectionNamespace: o.leNamespace,
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{o.namespace: {}}},
 		GracefulShutdownTimeout: ptr.To(10 * time.Second),
 	})
-	if err == nil {
-		err = setup(mgr, module)
-	}
-	if err == nil {
-		err = mgr.AddHealthzCheck("ping", healthz.Ping)
-	}
-	if err == nil {
-		err = mgr.AddReadyzCheck("ping", healthz.Ping)
-	}
-	if err == nil {
-		ctrl.Log.Info("starting", "module", module, "kymaNamespace", namespace)
-		err = mgr.Start(ctrl.SetupSignalHandler())
-	}
 	if err != nil {
-		ctrl.Log.Error(err, "module manager failed")
-		os.Exit(1)
+		return err
 	}
+	if err := setup(mgr, o.module); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting", "version", version.Get(), "module", o.module, "kymaNamespace", o.namespace)
+	return mgr.Start(ctx)
 }
 
 func setup(mgr ctrl.Manager, module string) error {

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/startup"
+)
+
+// config is module-sync's command line: the manager's options and the KCP
+// client's limits (flags only; no environment variables).
+type config struct {
+	startup.Common
+	o controllers.Options
+	// KCP client rate limits.
+	qps   float64
+	burst int
+
+	// Flag values that parseConfig turns into o.
+	moduleResources, selector string
+	serviceName               string
+	servicePort               int64
+}
+
+// parseConfig reads and validates the flags (args without the program
+// name). -h and --help print the usage to errOut and return flag.ErrHelp;
+// --version returns at once with Version set.
+func parseConfig(args []string, errOut io.Writer) (*config, error) {
+	c := &config{}
+	fs := c.FlagSet("module-sync", "KCP operator: mirrors SKR Module CRs into ModuleConfigs and applies SyncResources into the SKRs.", errOut)
+	// --kubeconfig, read by ctrl.GetConfig.
+	ctrlconfig.RegisterFlags(fs)
+	fs.StringVar(&c.o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the /metrics endpoint; \"0\" disables it")
+	fs.StringVar(&c.o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&c.o.LeaderElection, "leader-elect", false, "use leader election (the controllers run on one replica; the listener serves and is ready on every replica, one that does not lead answers events 503 with Retry-After)")
+	fs.StringVar(&c.o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&c.o.KymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, their kubeconfig Secrets, ModuleConfigs, SyncResources and module-sync's Watchers")
+	fs.StringVar(&c.moduleResources, "module-resources", "", "the SKR resources that are Module CRs: [module=]group/version/resource[,…] (version * = preferred; module defaults to the kind in lower case; required)")
+	fs.StringVar(&c.o.ListenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
+	fs.StringVar(&c.o.Manager, "manager", controllers.DefaultManager, "manager name of the Watchers and the event path (a DNS-1123 label)")
+	fs.StringVar(&c.serviceName, "service-name", "module-sync", "Watchers' serviceInfo: the Service of the listener, in --kyma-namespace")
+	fs.Int64Var(&c.servicePort, "service-port", 8082, "Watchers' serviceInfo: the Service's port")
+	fs.StringVar(&c.selector, "gateway-selector", "operator.kyma-project.io/watcher-gateway=default", "Watchers' gateway label selector: key=value[,…]")
+	fs.StringVar(&c.o.Identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
+	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	fs.StringVar(&c.o.TLSCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
+	fs.StringVar(&c.o.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
+	fs.DurationVar(&c.o.MirrorInterval, "mirror-interval", controllers.DefaultMirrorInterval, "periodic mirror pass per runtime (events make it real-time; this repairs what an event missed)")
+	fs.DurationVar(&c.o.DriftInterval, "drift-interval", controllers.DefaultDriftInterval, "periodic apply pass per SyncResource (corrects drift of CreateAndSync items in the runtime)")
+	fs.DurationVar(&c.o.ConfirmDelay, "confirm-delay", 2*time.Second, "after an event, mirror the runtime again this much later (the SKR's webhook reports a change before it is stored); 0 disables")
+	fs.DurationVar(&c.o.RetryBase, "retry-base", controllers.DefaultRetryBase, "first delay of the backoff after a pass that failed for a reason that may pass (doubles per failure)")
+	fs.DurationVar(&c.o.RetryMax, "retry-max", controllers.DefaultRetryMax, "longest delay of that backoff")
+	fs.DurationVar(&c.o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
+	fs.IntVar(&c.o.Workers, "workers", 8, "runtimes mirrored and SyncResources applied in parallel (each)")
+	fs.Float64Var(&c.qps, "kube-api-qps", 50, "KCP client queries per second")
+	fs.IntVar(&c.burst, "kube-api-burst", 100, "KCP client burst")
+	if err := c.Parse(fs, args); err != nil || c.Version {
+		return c, err
+	}
+	o := &c.o
+	var err error
+	if o.ModuleResources, err = controllers.ParseModuleResources(c.moduleResources); err != nil {
+		return nil, fmt.Errorf("--module-resources: %w", err)
+	}
+	o.GatewaySelector = map[string]string{}
+	for _, kv := range strings.Split(c.selector, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--gateway-selector: %q is not key=value", kv)
+		}
+		o.GatewaySelector[k] = v
+	}
+	o.Service.Name, o.Service.Namespace, o.Service.Port = c.serviceName, o.KymaNamespace, c.servicePort
+	return c, nil
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/seed-c8be168e/runtime-watcher/startup/startuptest"
+)
+
+func TestParseConfig(t *testing.T) {
+	base := []string{"--module-resources", "sample.kyma-project.io/v1alpha1/samples"}
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	startuptest.Run(t, parseConfig, []startuptest.Case[*config]{
+		{Name: "defaults", Args: base, Check: func(t *testing.T, c *config) {
+			o := c.o
+			if o.MetricsBindAddress != ":8080" || o.HealthProbeBindAddress != ":8081" || o.LeaderElection || o.KymaNamespace != "kcp-system" {
+				t.Errorf("manager defaults: %+v", o)
+			}
+			if len(o.ModuleResources) != 1 || o.ModuleResources[0].Resource != "samples" {
+				t.Errorf("module resources %+v", o.ModuleResources)
+			}
+			if len(o.GatewaySelector) != 1 || o.GatewaySelector["operator.kyma-project.io/watcher-gateway"] != "default" {
+				t.Errorf("gateway selector %v", o.GatewaySelector)
+			}
+			if o.Service.Name != "module-sync" || o.Service.Namespace != "kcp-system" || o.Service.Port != 8082 {
+				t.Errorf("service %+v", o.Service)
+			}
+			if c.qps != 50 || c.burst != 100 || o.Manager != "module-sync" {
+				t.Errorf("qps %v burst %d manager %q", c.qps, c.burst, o.Manager)
+			}
+		}},
+		{Name: "kubebuilder flag names", Args: with("--metrics-bind-address", "0", "--health-probe-bind-address", ":9091", "--leader-elect", "--kubeconfig", "/dev/null"),
+			Check: func(t *testing.T, c *config) {
+				if c.o.MetricsBindAddress != "0" || c.o.HealthProbeBindAddress != ":9091" || !c.o.LeaderElection {
+					t.Errorf("%+v", c.o)
+				}
+			}},
+		{Name: "service in the Kyma namespace", Args: with("--kyma-namespace", "kcp", "--service-name", "ms", "--service-port", "9000", "--gateway-selector", "a=b, c=,"),
+			Check: func(t *testing.T, c *config) {
+				if c.o.Service.Name != "ms" || c.o.Service.Namespace != "kcp" || c.o.Service.Port != 9000 {
+					t.Errorf("service %+v", c.o.Service)
+				}
+				if len(c.o.GatewaySelector) != 2 || c.o.GatewaySelector["a"] != "b" || c.o.GatewaySelector["c"] != "" {
+					t.Errorf("gateway selector %v", c.o.GatewaySelector)
+				}
+			}},
+		{Name: "version skips validation", Args: []string{"--version"}, Check: func(t *testing.T, c *config) {
+			if !c.Version {
+				t.Error("Version not set")
+			}
+		}},
+		{Name: "no module resources", Args: nil, WantErr: "--module-resources: no module resources"},
+		{Name: "bad module resource", Args: []string{"--module-resources", "samples"}, WantErr: "--module-resources"},
+		{Name: "selector without =", Args: with("--gateway-selector", "gateway"), WantErr: `--gateway-selector: "gateway" is not key=value`},
+		{Name: "selector without key", Args: with("--gateway-selector", "=x"), WantErr: "--gateway-selector"},
+		{Name: "bad duration", Args: with("--mirror-interval", "hourly"), WantErr: "invalid value"},
+		{Name: "unknown flag", Args: with("--nope"), WantErr: "flag provided but not defined"},
+		{Name: "argument", Args: with("run"), WantErr: "unexpected arguments"},
+	})
+}
+
+func TestParseConfigHelp(t *testing.T) {
+	startuptest.Help(t, parseConfig, "module-sync", "kubeconfig", "module-resources", "metrics-bind-address", "health-probe-bind-address", "leader-elect", "version", "zap-log-level")
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/seed-c8be168e/runtime-watcher/startup"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+)
+
+// config is vs-controller's command line: the manager's options and the
+// KCP client's limits (flags only; no environment variables).
+type config struct {
+	startup.Common
+	o controllers.Options
+	// KCP client rate limits.
+	qps   float64
+	burst int
+
+	// Flag values that parseConfig turns into o.
+	issuerName, issuerKind                   string
+	extraDNS                                 string
+	caSecret, gwCASecret, gwClientCA, gwCert string
+	extraCA                                  string
+	readyURL, ingressFrom                    string
+}
+
+// parseConfig reads and validates the flags (args without the program
+// name). -h and --help print the usage to errOut and return flag.ErrHelp;
+// --version returns at once with Version set.
+func parseConfig(args []string, errOut io.Writer) (*config, error) {
+	c := &config{}
+	fs := c.FlagSet("vs-controller", "KCP controller: Istio VirtualServices for Watchers, per-runtime certificates and the SKR bundle.", errOut)
+	// --kubeconfig, read by ctrl.GetConfig.
+	ctrlconfig.RegisterFlags(fs)
+	fs.StringVar(&c.o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the /metrics endpoint; \"0\" disables it")
+	fs.StringVar(&c.o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&c.o.LeaderElection, "leader-elect", false, "use leader election (one active replica)")
+	fs.StringVar(&c.o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&c.o.GatewayNamespace, "gateway-namespace", routing.DefaultGatewayNamespace, "namespace of the Istio Gateways that Watchers select")
+	fs.StringVar(&c.o.KymaNamespace, "kyma-namespace", runtimes.DefaultKymaNamespace, "namespace of the Kyma CRs, their kubeconfig Secrets and Certificates")
+	fs.StringVar(&c.o.Bundle.Namespace, "skr-namespace", bundle.DefaultNamespace, "namespace of the skr-webhook in every runtime")
+	fs.StringVar(&c.issuerName, "issuer-name", "", "cert-manager issuer that signs the runtimes' certificates (required)")
+	fs.StringVar(&c.issuerKind, "issuer-kind", "Issuer", "kind of that issuer: Issuer (in --kyma-namespace) or ClusterIssuer")
+	fs.StringVar(&c.o.Bundle.Image, "skr-webhook-image", "", "skr-webhook image (default: the image in manifests/skr)")
+	fs.StringVar(&c.o.Bundle.KCPAddr, "kcp-gateway-host", "", "KCP gateway host the SKR webhooks post events to (their --kcp-addr; required)")
+	fs.StringVar(&c.o.Bundle.WebhookURL, "skr-webhook-url", "", "LOCAL/TESTING AID: base URL (e.g. https://localhost:18443) the SKR API server calls instead of the skr-webhook Service")
+	fs.StringVar(&c.ingressFrom, "skr-webhook-ingress-from", "", `who may reach the SKR webhook's admission port (its NetworkPolicy in every runtime): "" any source (the SKR API server is usually outside the pod network), "gardener" Gardener's vpn-shoot pods only (as Lifecycle Manager), or a JSON list of NetworkPolicy peers, e.g. [{"ipBlock":{"cidr":"10.250.0.0/16"}}]`)
+	fs.StringVar(&c.extraDNS, "skr-webhook-extra-dns-names", "", "LOCAL/TESTING AID: comma-separated DNS names (e.g. localhost) added to every runtime certificate")
+	fs.BoolVar(&c.o.Adoption.WithoutSkipReconciliation, "adopt-without-skip-reconciliation", false, "take over runtimes from Lifecycle Manager even when their Kyma lacks operator.kyma-project.io/skip-reconciliation=true (LM stopped another way)")
+	fs.StringVar(&c.readyURL, "skr-webhook-ready-url", "", "LOCAL/TESTING AID: during a take-over from Lifecycle Manager, our webhook is ready when this URL answers over TLS verified by the runtime's CA (instead of the Deployment's readyReplicas)")
+	fs.DurationVar(&c.o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
+	fs.BoolVar(&c.o.AllowInsecureSKR, "allow-insecure-skr", false, "accept runtime kubeconfigs with insecure-skip-tls-verify: true (local use only; refused with an InvalidKubeconfig Event otherwise)")
+	fs.DurationVar(&c.o.Resync, "skr-resync", 10*time.Minute, "how often a runtime's bundle is re-checked (reads only) to repair drift")
+	fs.DurationVar(&c.o.KubeconfigRetry, "kubeconfig-retry", time.Minute, "how often a runtime whose kubeconfig Secret is missing is looked at again (only Secrets labelled app.kubernetes.io/part-of=runtime-watcher are watched)")
+	fs.DurationVar(&c.o.WatcherDebounce, "watcher-debounce", time.Second, "delay before a Watcher change re-reconciles every runtime (batches bursts)")
+	fs.IntVar(&c.o.RuntimeWorkers, "runtime-workers", 8, "runtimes reconciled in parallel")
+	fs.IntVar(&c.o.WatcherWorkers, "watcher-workers", 4, "Watchers reconciled in parallel")
+	fs.StringVar(&c.caSecret, "ca-secret", "runtime-watcher-ca", "runtime CA Secret (name in --kyma-namespace, or namespace/name) whose trust bundle vs-controller keeps during CA rotations; \"\" turns the rotation off")
+	fs.StringVar(&c.gwCASecret, "gateway-ca-secret", "istio-system/kcp-gateway-ca", "gateway CA Secret (namespace/name): its bundle is every SKR's ca.crt; \"\": the runtime certificate's ca.crt")
+	fs.StringVar(&c.gwClientCA, "gateway-client-ca-secret", "istio-system/kcp-gateway-tls-cacert", "Secret (namespace/name) vs-controller writes the runtime CA bundle into, the gateway's client CA; \"\": none")
+	fs.StringVar(&c.gwCert, "gateway-certificate", "istio-system/kcp-gateway-tls", "gateway server Certificate (namespace/name), renewed once every SKR trusts a new gateway CA; \"\": never")
+	fs.StringVar(&c.extraCA, "migration-extra-ca-secret", "", "MIGRATION FROM LIFECYCLE MANAGER: CA Secret (namespace/name, e.g. istio-system/klm-watcher) whose ca.crt CAs are added to the gateway's client CA bundle (not to the SKRs' trust); re-read every --ca-poll-interval; \"\" (default): window closed")
+	fs.StringVar(&c.o.Trust.Store, "trust-store", trust.DefaultStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway)")
+	fs.Float64Var(&c.o.Trust.RenewalsPerSecond, "ca-renewals-per-second", 5, "runtime certificate renewals requested per second after a CA rotation")
+	fs.DurationVar(&c.o.Trust.Interval, "ca-poll-interval", 5*time.Second, "how often the CA Secrets are re-read")
+	fs.DurationVar(&c.o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
+	fs.DurationVar(&c.o.CertificateDuration, "certificate-duration", 0, "lifetime of runtime certificates (0: cert-manager's default, 90 days)")
+	fs.DurationVar(&c.o.CertificateRenewBefore, "certificate-renew-before", 0, "renew runtime certificates this long before they expire (0: cert-manager's default, a third of the lifetime)")
+	fs.Float64Var(&c.qps, "kube-api-qps", 50, "KCP client queries per second")
+	fs.IntVar(&c.burst, "kube-api-burst", 100, "KCP client burst")
+	if err := c.Parse(fs, args); err != nil || c.Version {
+		return c, err
+	}
+	o := &c.o
+	if c.issuerName == "" || o.Bundle.KCPAddr == "" {
+		return nil, errors.New("--issuer-name and --kcp-gateway-host are required")
+	}
+	if c.issuerKind != "Issuer" && c.issuerKind != "ClusterIssuer" {
+		return nil, errors.New("--issuer-kind must be Issuer or ClusterIssuer")
+	}
+	var err error
+	if o.Bundle.WebhookIngressFrom, err = bundle.ParseIngressFrom(c.ingressFrom); err != nil {
+		return nil, fmt.Errorf("--skr-webhook-ingress-from: %w", err)
+	}
+	if _, err := bundle.KCPPort(o.Bundle.KCPAddr); err != nil {
+		return nil, fmt.Errorf("--kcp-gateway-host: %w", err)
+	}
+	for _, f := range []struct {
+		flag, value, def string
+		key              *types.NamespacedName
+	}{
+		{"--ca-secret", c.caSecret, o.KymaNamespace, &o.Trust.CASecret},
+		{"--gateway-ca-secret", c.gwCASecret, o.GatewayNamespace, &o.Trust.GatewayCASecret},
+		{"--gateway-client-ca-secret", c.gwClientCA, o.GatewayNamespace, &o.Trust.GatewayClientCASecret},
+		{"--gateway-certificate", c.gwCert, o.GatewayNamespace, &o.Trust.GatewayCertificate},
+		{"--migration-extra-ca-secret", c.extraCA, o.GatewayNamespace, &o.Trust.MigrationExtraCASecret},
+	} {
+		if *f.key, err = trust.ParseObjectKey(f.value, f.def); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	if o.Trust.MigrationExtraCASecret.Name != "" && (o.Trust.CASecret.Name == "" || o.Trust.GatewayClientCASecret.Name == "") {
+		return nil, errors.New("--migration-extra-ca-secret needs --ca-secret and --gateway-client-ca-secret (the client CA bundle it is added to)")
+	}
+	o.Issuer = cmmeta.IssuerReference{Name: c.issuerName, Kind: c.issuerKind, Group: "cert-manager.io"}
+	for _, n := range strings.Split(c.extraDNS, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.ExtraDNSNames = append(o.ExtraDNSNames, n)
+		}
+	}
+
+	if c.readyURL != "" {
+		o.Adoption.Ready = takeover.URLReady(c.readyURL)
+	}
+
+	return c, nil
+}
