@@ -48,7 +48,7 @@ test: envtest-assets verify ## Unit, integration and e2e tests against real API 
 ##@ Development
 
 .PHONY: test-unit
-test-unit: ## The inner loop: every test that needs no API server (go test -short; no bin/k8s), about a minute on 2 cores.
+test-unit: ## The inner loop: every test that needs no API server (go test -short; no bin/k8s); about 2.5 CPU-minutes with a warm build cache.
 	@# -short skips each test that starts API servers (testenv.SkipIfShort) or
 	@# clones the repository (test/verify); `make test` runs them all.
 	go test -short $(GO_TEST_UNIT_FLAGS) ./...

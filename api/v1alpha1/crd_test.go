@@ -35,16 +35,7 @@ func validSyncResource(name string, items ...v1alpha1.SyncItem) *v1alpha1.SyncRe
 
 // TestCRDs checks the generated CRDs on a real API server.
 func TestCRDs(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env, err := testenv.Start("kcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := testenv.StartForTest(t, "kcp")
 	scheme := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))

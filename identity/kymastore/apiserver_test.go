@@ -28,16 +28,7 @@ import (
 // and watch events (a label moved, a domain changed, a Kyma deleted) reach
 // it.
 func TestStoreOnAPIServer(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env, err := testenv.Start("kcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := testenv.StartForTest(t, "kcp")
 	kcp := env.Cluster("kcp")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -152,16 +143,7 @@ func TestStoreOnAPIServer(t *testing.T) {
 // TestKymaResourceWithoutCRD: without the Kyma CRD, discovery fails, so
 // ext-authz fails at start instead of never becoming ready.
 func TestKymaResourceWithoutCRD(t *testing.T) {
-	testenv.SkipIfShort(t)
-	env, err := testenv.Start("kcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := testenv.StartForTest(t, "kcp")
 	kcp := env.Cluster("kcp")
 	ctx := context.Background()
 	if v, err := kymastore.ServerVersion(ctx, kcp.Config); err != nil || v == "" {

@@ -39,7 +39,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 	BeforeAll(func(ctx SpecContext) {
 		de, ok := env.(e2e.DeliveryEnvironment)
 		if !ok {
-			Fail("the delivery specs need an environment with delivery controls (the local one); run the kind e2e with -ginkgo.label-filter='!delivery'")
+			Fail("the delivery specs need an environment with delivery controls (the local one); run the kind e2e with -ginkgo.label-filter='!delivery' -ginkgo.fail-on-empty, as test/kind/e2e.sh does")
 		}
 		d = de.Delivery()
 		n = sample(env.Names())

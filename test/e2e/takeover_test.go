@@ -64,7 +64,7 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 	BeforeAll(func(ctx SpecContext) {
 		te, ok := env.(e2e.TakeoverEnvironment)
 		if !ok {
-			Fail("the takeover spec needs an environment that can restart vs-controller and run a second webhook (the local one); run the kind e2e with -ginkgo.label-filter='!takeover'")
+			Fail("the takeover spec needs an environment that can restart vs-controller and run a second webhook (the local one); run the kind e2e with -ginkgo.label-filter='!takeover' -ginkgo.fail-on-empty, as test/kind/e2e.sh does")
 		}
 		tc = te.Takeover()
 		n = sample(env.Names())

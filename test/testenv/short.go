@@ -13,3 +13,21 @@ func SkipIfShort(tb testing.TB) {
 		tb.Skip("needs real API servers: skipped by -short (make test-unit); make test runs it")
 	}
 }
+
+// StartForTest is Start for one test: it skips tb under -short
+// (SkipIfShort), fails it when the clusters do not start, and stops them
+// when tb ends.
+func StartForTest(tb testing.TB, names ...string) *Env {
+	tb.Helper()
+	SkipIfShort(tb)
+	env, err := Start(names...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return env
+}
