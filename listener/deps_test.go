@@ -40,6 +40,12 @@ func TestDependencies(t *testing.T) {
 		module + "/identity/pinning": true,
 		// --version of the example operator: standard library only.
 		module + "/version": true,
+		// How the example operator starts (startup.Main: flags, zap
+		// logging, the soft memory limit, signals), like every binary;
+		// controller-runtime's log and signals packages and the standard
+		// library only.
+		module + "/startup":  true,
+		module + "/memlimit": true,
 	}
 	deps := strings.Fields(string(out))
 	if len(deps) < 50 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 )
 
 const (
@@ -106,7 +107,7 @@ func (r *TakeOver) setTakeOverCondition(ctx context.Context, kyma client.Object,
 		if err := r.Client.Status().Patch(ctx, live, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(apply.FieldOwner)); err != nil {
 			return err
 		}
-		recordWrite("kyma-status")
+		metrics.RuntimeWrites.WithLabelValues("kyma-status").Inc()
 		return nil
 	})
 	if err != nil {

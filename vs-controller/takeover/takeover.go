@@ -179,8 +179,6 @@ func (r *TakeOver) event(kyma runtime.Object, typ, reason, msg string) {
 	}
 }
 
-func recordWrite(kind string) { metrics.RuntimeWrites.WithLabelValues(kind).Inc() }
-
 func (r *TakeOver) ready() ReadyFunc {
 	if r.Ready != nil {
 		return r.Ready
@@ -317,7 +315,7 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 		if err := replaceLifecycleManagers(ctx, skr, desired); err != nil {
 			return fail(err)
 		}
-		recordWrite("skr-adopt-" + desired.GetKind())
+		metrics.RuntimeWrites.WithLabelValues("skr-adopt-" + desired.GetKind()).Inc()
 	}
 
 	// 5. LM's other objects.
@@ -422,7 +420,7 @@ func (r *TakeOver) trustOurCA(ctx context.Context, skr client.Client, ca []byte)
 	if err := skr.Update(ctx, vwc, client.FieldOwner(apply.FieldOwner)); err != nil {
 		return fmt.Errorf("add our CA to Lifecycle Manager's webhook configuration: %w", err)
 	}
-	recordWrite("skr-adopt-ca")
+	metrics.RuntimeWrites.WithLabelValues("skr-adopt-ca").Inc()
 	return nil
 }
 
@@ -566,7 +564,7 @@ func deleteRefs(ctx context.Context, skr client.Client, refs []bundle.Ref, match
 		if err := skr.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete %s %s in the runtime: %w", ref.GVK.Kind, ref.Key, err)
 		}
-		recordWrite("skr-adopt-delete")
+		metrics.RuntimeWrites.WithLabelValues("skr-adopt-delete").Inc()
 	}
 	return nil
 }
