@@ -23,6 +23,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 )
@@ -261,7 +262,7 @@ func (k *Keeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
 	case apierrors.IsNotFound(err):
 		s = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: k.ClientCASecret.Namespace, Name: k.ClientCASecret.Name,
-				Labels: map[string]string{contract.LabelManagedBy: FieldOwner}},
+				Labels: map[string]string{contract.LabelManagedBy: apply.FieldOwner}},
 			Data: map[string][]byte{"ca.crt": bundlePEM},
 		}
 		if err := k.Client.Create(ctx, s); err != nil {

@@ -48,8 +48,6 @@ const (
 	StoreKey = "ca-bundle.crt"
 	// ReasonInvalidCA is the Warning Event reason on a bad CA Secret.
 	ReasonInvalidCA = "InvalidCASecret"
-	// FieldOwner of the store writes.
-	FieldOwner = "vs-controller"
 )
 
 // Anchor is the trust bundle of one CA Secret.
