@@ -1,0 +1,132 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Server kinds every benchmark binary can be re-executed as (StartChild).
+const (
+	KindAlwaysAllow = "always-allow" // AlwaysAllow over gRPC
+	KindBareHTTP    = "bare-net-http"
+)
+
+const (
+	serveEnv   = "LOADGEN_SERVE"
+	argEnv     = "LOADGEN_SERVE_ARG"
+	addrPrefix = "LOADGEN_ADDR="
+)
+
+// ServeFunc serves on ln until ctx ends; arg is StartChild's.
+type ServeFunc func(ctx context.Context, ln net.Listener, arg string) error
+
+// ServeIfChild makes this process a server when StartChild started it:
+// it serves the kind asked (KindAlwaysAllow, KindBareHTTP or one of extra)
+// on a loopback port until SIGTERM and exits. Otherwise it returns at once.
+// Call it first in main or TestMain.
+func ServeIfChild(extra map[string]ServeFunc) {
+	kind := os.Getenv(serveEnv)
+	if kind == "" {
+		return
+	}
+	if err := serveChild(kind, os.Getenv(argEnv), extra); err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen %s server: %v\n", kind, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func serveChild(kind, arg string, extra map[string]ServeFunc) error {
+	serve, ok := extra[kind]
+	switch {
+	case ok:
+	case kind == KindAlwaysAllow:
+		serve = func(ctx context.Context, ln net.Listener, _ string) error {
+			gs := NewGRPCServer(AlwaysAllow{})
+			go func() { <-ctx.Done(); gs.Stop() }()
+			return gs.Serve(ln)
+		}
+	case kind == KindBareHTTP:
+		serve = func(ctx context.Context, ln net.Listener, _ string) error {
+			srv := BareHTTP()
+			go func() { <-ctx.Done(); _ = srv.Close() }()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		}
+	default:
+		return fmt.Errorf("unknown server kind %q", kind)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Printf("%s%s\n", addrPrefix, ln.Addr())
+	return serve(ctx, ln, arg)
+}
+
+// Child is a server in a process of its own: this binary re-executed.
+type Child struct {
+	Kind, Addr string
+	cmd        *exec.Cmd
+}
+
+// StartChild re-executes this binary (whose main or TestMain calls
+// ServeIfChild) as a server of kind, with arg, and returns once it listens.
+func StartChild(kind, arg string) (*Child, error) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), serveEnv+"="+kind, argEnv+"="+arg)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &Child{Kind: kind, cmd: cmd}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), addrPrefix); ok {
+			c.Addr = addr
+			go func() { _, _ = io.Copy(io.Discard, out) }()
+			return c, nil
+		}
+	}
+	_ = c.Stop()
+	return nil, fmt.Errorf("%s server did not start", kind)
+}
+
+// Pid is the server's process ID.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// CPU reads the server process's CPU clock.
+func (c *Child) CPU() (time.Duration, error) { return ProcessCPU(c.Pid()) }
+
+// Stop ends the server (SIGTERM, then SIGKILL after 10 s) and waits for it.
+func (c *Child) Stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return fmt.Errorf("%s server did not stop on SIGTERM: %v", c.Kind, <-done)
+	}
+}
