@@ -14,12 +14,23 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed-c8be168e/runtime-watcher/listener"
 )
 
-// Server kinds every benchmark binary can be re-executed as (StartChild).
+// Server kinds every benchmark binary can be re-executed as (StartChild),
+// and the servers command (test/loadgen/servers) serves (StartServer).
 const (
-	KindAlwaysAllow = "always-allow" // AlwaysAllow over gRPC
-	KindBareHTTP    = "bare-net-http"
+	KindAlwaysAllow = "always-allow"  // AlwaysAllow over gRPC
+	KindBareHTTP    = "bare-net-http" // BareHTTP
+	// KindListener is the listener as an operator runs it: identity from
+	// ext-authz's header, its metrics registered, one goroutine draining
+	// Events() (an operator's source.Channel costs more). The arg is the
+	// manager name of its path.
+	KindListener = "listener"
 )
 
 const (
@@ -66,6 +77,8 @@ func serveChild(kind, arg string, extra map[string]ServeFunc) error {
 			}
 			return nil
 		}
+	case kind == KindListener:
+		serve = serveListener
 	default:
 		return fmt.Errorf("unknown server kind %q", kind)
 	}
@@ -79,7 +92,25 @@ func serveChild(kind, arg string, extra map[string]ServeFunc) error {
 	return serve(ctx, ln, arg)
 }
 
-// Child is a server in a process of its own: this binary re-executed.
+func serveListener(ctx context.Context, ln net.Listener, manager string) error {
+	l, err := listener.New("", manager, listener.WithNetListener(ln),
+		listener.WithRegisterer(prometheus.NewRegistry()), listener.WithLogger(logr.Discard()))
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			select {
+			case <-l.Events():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return l.Start(ctx)
+}
+
+// Child is a server in a process of its own.
 type Child struct {
 	Kind, Addr string
 	cmd        *exec.Cmd
@@ -87,8 +118,12 @@ type Child struct {
 
 // StartChild re-executes this binary (whose main or TestMain calls
 // ServeIfChild) as a server of kind, with arg, and returns once it listens.
-func StartChild(kind, arg string) (*Child, error) {
-	cmd := exec.Command(os.Args[0])
+func StartChild(kind, arg string) (*Child, error) { return StartServer(os.Args[0], kind, arg) }
+
+// StartServer runs binary, whose main calls ServeIfChild (e.g. the servers
+// command), as a server of kind, with arg, and returns once it listens.
+func StartServer(binary, kind, arg string) (*Child, error) {
+	cmd := exec.Command(binary)
 	cmd.Env = append(os.Environ(), serveEnv+"="+kind, argEnv+"="+arg)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

@@ -61,7 +61,13 @@ func (c *Checker) Close() error {
 // Check sends req with the gateway's deadline. The answer must be an allow,
 // and when wantID is not "", one for that runtime.
 func (c *Checker) Check(req *authv3.CheckRequest, wantID string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), GatewayAuthzTimeout)
+	return c.CheckWithin(req, wantID, GatewayAuthzTimeout)
+}
+
+// CheckWithin is Check with another deadline (e.g. for a warm-up whose
+// first requests initialize the server).
+func (c *Checker) CheckWithin(req *authv3.CheckRequest, wantID string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	resp, err := c.clients[c.next.Add(1)%uint64(len(c.clients))].Check(ctx, req)
 	if err != nil {
