@@ -116,15 +116,7 @@ func BenchmarkHandler(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		for {
-			select {
-			case <-l.Events():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go loadgen.DrainEvents(ctx, l)
 	// Canonical keys, as net/http's server parses them.
 	hdr := http.Header{}
 	hdr.Set("Content-Type", "application/json")

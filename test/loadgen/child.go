@@ -98,16 +98,19 @@ func serveListener(ctx context.Context, ln net.Listener, manager string) error {
 	if err != nil {
 		return err
 	}
-	go func() {
-		for {
-			select {
-			case <-l.Events():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go DrainEvents(ctx, l)
 	return l.Start(ctx)
+}
+
+// DrainEvents receives l's events until ctx ends, as the cheapest consumer.
+func DrainEvents(ctx context.Context, l *listener.Listener) {
+	for {
+		select {
+		case <-l.Events():
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Child is a server in a process of its own.

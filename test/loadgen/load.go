@@ -39,12 +39,7 @@ func Closed(n, conc int, do Do) ([]time.Duration, error) {
 				if i >= n {
 					return
 				}
-				t0 := time.Now()
-				err := do(i)
-				lat[i] = time.Since(t0)
-				if err != nil {
-					failed.store(fmt.Errorf("request %d: %w", i, err))
-				}
+				lat[i] = timed(do, i, &failed)
 			}
 		})
 	}
@@ -76,16 +71,22 @@ func Open(n int, rate float64, maxInFlight int, do Do) ([]time.Duration, error) 
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			t0 := time.Now()
-			err := do(i)
-			lat[i] = time.Since(t0)
-			if err != nil {
-				failed.store(fmt.Errorf("request %d: %w", i, err))
-			}
+			lat[i] = timed(do, i, &failed)
 		})
 	}
 	wg.Wait()
 	return lat, failed.err()
+}
+
+// timed sends request i and returns its latency; a failure is kept.
+func timed(do Do, i int, failed *failure) time.Duration {
+	t0 := time.Now()
+	err := do(i)
+	d := time.Since(t0)
+	if err != nil {
+		failed.store(fmt.Errorf("request %d: %w", i, err))
+	}
+	return d
 }
 
 // failure keeps the first error of a run.
