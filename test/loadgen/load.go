@@ -143,13 +143,16 @@ func (s *Sample) Summary() Summary { return Summarize(s.Latencies, s.Wall) }
 
 // Interleave runs rounds rounds; in each, every target in turn gets one
 // chunk (chunk(target, round) sends it, e.g. with Closed or Open), so all
-// targets share the same machine state. The target's CPU clock is read just
+// targets share the same machine state. The order rotates by one target a
+// round, so no target is always first. The target's CPU clock is read just
 // before and just after its chunk: its CPU figure covers exactly the
 // requests it answered.
 func Interleave(targets []Target, rounds int, chunk func(target, round int) ([]time.Duration, error)) ([]Sample, error) {
 	samples := make([]Sample, len(targets))
 	for round := range rounds {
-		for t, target := range targets {
+		for k := range targets {
+			t := (round + k) % len(targets)
+			target := targets[t]
 			var cpu0 time.Duration
 			var err error
 			if target.CPU != nil {

@@ -101,7 +101,7 @@ func TestOpenDoesNotWaitForAnswers(t *testing.T) {
 	}
 }
 
-func TestInterleaveAlternatesAndReadsEachClockAroundItsChunks(t *testing.T) {
+func TestInterleaveRotatesAndReadsEachClockAroundItsChunks(t *testing.T) {
 	var order []string
 	clocks := []time.Duration{0, 0}
 	targets := []loadgen.Target{
@@ -120,7 +120,7 @@ func TestInterleaveAlternatesAndReadsEachClockAroundItsChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(order) != "[a0 b0 c0 a1 b1 c1]" {
+	if fmt.Sprint(order) != "[a0 b0 c0 b1 c1 a1]" {
 		t.Fatalf("order %v", order)
 	}
 	// a's clock also moved by an hour in each of a's own chunks.

@@ -365,7 +365,7 @@ func render(o options, t *table, started time.Time, load0, load1 string) string 
 	fmt.Fprintf(&b, "### make bench-compare — %s\n\n", started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "Command: `make bench-compare BENCH_COMPARE_N=%d` (`benchcompare %s`) at commit %s. ", o.n, strings.Join(os.Args[1:], " "), commit())
 	fmt.Fprintf(&b, "Machine: %s, %d CPUs (%s), %s; load average %s at start, %s at end; took %s.\n\n", cpuModel(), runtime.NumCPU(), runtime.GOARCH, runtime.Version(), load0, load1, seconds(time.Since(started)))
-	fmt.Fprintf(&b, "%d repetitions; per repetition, server and load %d requests (OPA: every fourth chunk) in interleaved chunks of %d; %d runtimes. ", o.n, o.requests, o.chunk, o.runtimes)
+	fmt.Fprintf(&b, "%d repetitions; per repetition, server and load %d requests (OPA: every fourth chunk) in interleaved chunks of %d, the order rotating each round; %d runtimes. ", o.n, o.requests, o.chunk, o.runtimes)
 	b.WriteString("Every server runs in a process of its own. CPU µs / request is the server process's own CPU clock (user + system time of all its threads) read before and after each of its chunks, over the requests of those chunks. Ratios are paired per repetition with the ceiling of the same interleaved rounds; a ratio cell is the median and (range) over the repetitions; the twin is a second, identical ceiling process, so its ratio is this run's noise floor. Other columns are medians over the repetitions. Closed loop: N senders, each sending when its last answer came (saturation); open loop: a fixed offered rate, half the ceiling's saturated rate of the same repetition. RPS is information, not a goal.\n\n")
 	b.WriteString("Goals (test/loadgen/goals.go):\n\n")
 	goalList(&b)
