@@ -112,7 +112,12 @@ func (p *Poster) Post() error {
 		return err
 	}
 	req.Header = p.header
-	resp, err := p.client.Do(req)
+	return Send(p.client, req)
+}
+
+// Send sends req with c and reads the answer, which must be 200.
+func Send(c *http.Client, req *http.Request) error {
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
