@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -10,17 +9,12 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
-	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
-	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -34,9 +28,10 @@ import (
 // what each layer costs the server. Layers: the ceiling (grpc-go's
 // defaults); ext-authz's server options (windows, stream and message
 // limits, keepalive); its listener (framelimit); its stream tap
-// (streamlimit, check timeout); its Check (XFCC, certificate cache, lookup,
-// metrics) over 256 runtimes. make bench-compare measures the same
-// difference between processes; this one shows where it goes (-cpuprofile).
+// (streamlimit, check timeout). The Check itself (XFCC, certificate cache,
+// lookup, metrics) is ext-authz/server's BenchmarkCheckInProcess. make
+// bench-compare measures the whole difference between processes; these
+// show where it goes (-cpuprofile).
 func BenchmarkCheckCost(b *testing.B) {
 	dir := b.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -47,38 +42,18 @@ func BenchmarkCheckCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// A Check as the gateway sends it (the XFCC of a runtime certificate).
 	ca, err := pki.NewCA("bench-ca")
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := kymastore.New()
-	var reqs []*authv3.CheckRequest
-	var ids []string
-	var kymas []any
-	for i := range 256 {
-		id, domain := fmt.Sprintf("runtime-%06d", i), fmt.Sprintf("skr-%06d.kyma.example.com", i)
-		leaf, err := ca.Issue(pki.LeafOptions{CommonName: id, DNSNames: []string{domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		kymas = append(kymas, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-			Name: id, Namespace: "kcp-system", Annotations: map[string]string{contract.AnnotationSKRDomain: domain},
-		}})
-		ids = append(ids, id)
-		reqs = append(reqs, extauthz.CheckRequest("lifecycle-manager", map[string]string{
-			contract.HeaderXFCC: extauthz.GatewayXFCC(leaf.CertPEM, id, leaf.Cert.DNSNames),
-		}))
-	}
-	if err := store.Replace(kymas, ""); err != nil { // the initial list: synced
+	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-a", DNSNames: []string{"skr-a.kyma.example.com", "skr-webhook.kyma-system.svc"}})
+	if err != nil {
 		b.Fatal(err)
 	}
-	check := func(reg prometheus.Registerer) authv3.AuthorizationServer {
-		metrics, err := server.NewMetrics(reg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return server.New(&pinning.Verifier{Lookup: store}, func() bool { return true }, metrics, logr.Discard())
-	}
+	req := extauthz.CheckRequest("lifecycle-manager", map[string]string{
+		contract.HeaderXFCC: extauthz.GatewayXFCC(leaf.CertPEM, "runtime-a", leaf.Cert.DNSNames),
+	})
 	tap := func(reg prometheus.Registerer) grpc.ServerOption {
 		streams, err := streamlimit.New(o.maxStreamsAll, reg)
 		if err != nil {
@@ -96,31 +71,25 @@ func BenchmarkCheckCost(b *testing.B) {
 	layers := []struct {
 		name  string
 		start func(ln net.Listener, reg prometheus.Registerer) (*grpc.Server, net.Listener)
-		real  bool // the real Check: answers for the request's runtime
 	}{
 		{"1-ceiling", func(ln net.Listener, _ prometheus.Registerer) (*grpc.Server, net.Listener) {
 			return loadgen.NewGRPCServer(loadgen.AlwaysAllow{}), ln
-		}, false},
+		}},
 		{"2-server-options", func(ln net.Listener, _ prometheus.Registerer) (*grpc.Server, net.Listener) {
 			gs := grpc.NewServer(serverOptions(o)...)
 			authv3.RegisterAuthorizationServer(gs, loadgen.AlwaysAllow{})
 			return gs, ln
-		}, false},
+		}},
 		{"3-framelimit", func(ln net.Listener, reg prometheus.Registerer) (*grpc.Server, net.Listener) {
 			gs := grpc.NewServer(serverOptions(o)...)
 			authv3.RegisterAuthorizationServer(gs, loadgen.AlwaysAllow{})
 			return gs, frames(ln, reg)
-		}, false},
+		}},
 		{"4-streamlimit", func(ln net.Listener, reg prometheus.Registerer) (*grpc.Server, net.Listener) {
 			gs := grpc.NewServer(append(serverOptions(o), tap(reg))...)
 			authv3.RegisterAuthorizationServer(gs, loadgen.AlwaysAllow{})
 			return gs, frames(ln, reg)
-		}, false},
-		{"5-ext-authz", func(ln net.Listener, reg prometheus.Registerer) (*grpc.Server, net.Listener) {
-			gs := grpc.NewServer(append(serverOptions(o), tap(reg))...)
-			authv3.RegisterAuthorizationServer(gs, check(reg))
-			return gs, frames(ln, reg)
-		}, true},
+		}},
 	}
 	for _, layer := range layers {
 		b.Run(layer.name, func(b *testing.B) {
@@ -136,17 +105,8 @@ func BenchmarkCheckCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer checker.Close()
-			send := func(off int) loadgen.Do {
-				return func(i int) error {
-					r := loadgen.Spread(off, i, len(reqs))
-					want := ""
-					if layer.real {
-						want = ids[r]
-					}
-					return checker.Check(reqs[r], want)
-				}
-			}
-			if _, err := loadgen.Closed(len(reqs), 16, send(0)); err != nil { // warm-up: every certificate once
+			send := func(int) error { return checker.Check(req, "") }
+			if _, err := loadgen.Closed(256, 16, send); err != nil { // warm-up
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
@@ -156,7 +116,7 @@ func BenchmarkCheckCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			start := time.Now()
-			if _, err := loadgen.Closed(b.N, 16, send(1)); err != nil {
+			if _, err := loadgen.Closed(b.N, 16, send); err != nil {
 				b.Fatal(err)
 			}
 			wall := time.Since(start)
