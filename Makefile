@@ -43,6 +43,7 @@ run: build envtest-assets ## Bring up KCP and SKR API servers and the whole syst
 test: envtest-assets verify ## Unit, integration and e2e tests against real API servers, then every fuzz target briefly.
 	go test $(GO_TEST_FLAGS) ./...
 	cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./...
+	cd test/tools/benchcompare && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz-short
 
 ##@ Development
@@ -66,11 +67,12 @@ bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 m
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m $$(go list ./... | grep -v '/listener$$')
 	go test -run '^$$' -bench . -benchtime 3s ./listener/
 
-BENCH_COMPARE_N ?= 3
+BENCH_COMPARE_N ?= 5
 
 .PHONY: bench-compare
-bench-compare: envtest-assets ## ext-authz vs always-allow vs OPA, listener vs net/http, webhook latency: one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions.
-	@# Its own module (test/tools/benchcompare: OPA stays out of the product's go.mod).
+bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http, and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, under 10 minutes).
+	@# Its own module (test/tools/benchcompare: OPA stays out of the product's go.mod);
+	@# the other servers run from test/loadgen/servers, built from the product's module.
 	cd test/tools/benchcompare && go build -o $(BIN)/benchcompare .
 	$(BIN)/benchcompare -n $(BENCH_COMPARE_N) -out $(BIN)/bench-compare.md
 

@@ -1,21 +1,18 @@
-//go:build unix
+//go:build linux
 
 package listener_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +20,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
+	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 )
 
 // benchConcurrencies are the numbers of concurrent senders: 16 (issue 5)
@@ -33,15 +31,18 @@ var benchConcurrencies = []int{16, 64}
 // loopback with 16 and 64 concurrent senders, and their p99 latency:
 //   - listener: the Listener's real Start, default identity mode (runtime-id
 //     header as ext-authz sets it), a consumer draining Events();
-//   - bare-net-http: the same load against a net/http server whose handler
-//     only reads the body and the headers — the limit to compare with.
+//   - bare-net-http: the same load against loadgen.BareHTTP, a net/http
+//     server whose handler only reads the body and the headers — the limit
+//     to compare with.
 //
 // Both get the headers make bench-compare sends (runtime-id, SKR domain and
-// an XFCC of the gateway's size). It also reports p50 latency and the
-// process's CPU time per event (senders and server together), which varies
-// less with other load on the host.
+// an XFCC of the gateway's size), from loadgen's closed loop. It also
+// reports p50 latency and the process's CPU time per event (senders and
+// server together, both in this process: make bench-compare runs each
+// server in a process of its own and compares their own CPU).
 //
-// Target for the listener: ≥ 10,000 events/s, p99 ≤ 5 ms.
+// Goals for the listener: loadgen.ListenerEventsPerSecond and
+// loadgen.ListenerP99 (at 16 senders; logged with pass/fail).
 func BenchmarkEvents(b *testing.B) {
 	hdr := http.Header{
 		"Content-Type":           {"application/json"},
@@ -71,7 +72,11 @@ func BenchmarkEvents(b *testing.B) {
 				}
 				close(allConsumed)
 			}()
-			load(b, "http://"+ln.Addr().String()+l.Path(), hdr, conc)
+			s := load(b, "http://"+ln.Addr().String()+l.Path(), hdr, conc)
+			if conc == 16 {
+				eps, p99 := loadgen.ListenerEventsPerSecond, loadgen.ListenerP99
+				b.Logf("%.0f events/s (goal %s: %s), p99 %.2f ms (goal %s: %s)", s.RPS, eps, eps.Verdict(s.RPS), loadgen.Millis(s.P99), p99, p99.Verdict(loadgen.Millis(s.P99)))
+			}
 			select {
 			case <-allConsumed:
 			case <-time.After(10 * time.Second):
@@ -84,22 +89,7 @@ func BenchmarkEvents(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("bare-net-http-%d", conc), func(b *testing.B) {
 			ln := loopback(b)
-			srv := &http.Server{
-				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-					xfcc := r.Header.Get(contract.HeaderXFCC)
-					id := r.Header.Get(contract.HeaderRuntimeID)
-					if err != nil || len(body) == 0 || xfcc == "" || id == "" {
-						w.WriteHeader(http.StatusBadRequest)
-						return
-					}
-					w.WriteHeader(http.StatusOK)
-				}),
-				ReadHeaderTimeout: listener.DefaultReadHeaderTimeout,
-				ReadTimeout:       listener.DefaultReadTimeout,
-				WriteTimeout:      listener.DefaultWriteTimeout,
-				IdleTimeout:       listener.DefaultIdleTimeout,
-			}
+			srv := loadgen.BareHTTP()
 			go func() { _ = srv.Serve(ln) }()
 			defer srv.Close()
 			load(b, "http://"+ln.Addr().String()+contract.EventPath("bench-manager"), hdr, conc)
@@ -126,15 +116,7 @@ func BenchmarkHandler(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		for {
-			select {
-			case <-l.Events():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go loadgen.DrainEvents(ctx, l)
 	// Canonical keys, as net/http's server parses them.
 	hdr := http.Header{}
 	hdr.Set("Content-Type", "application/json")
@@ -192,81 +174,32 @@ func loopback(b *testing.B) net.Listener {
 }
 
 // load posts b.N events from conc goroutines over kept-alive
-// connections and reports events/s and latency percentiles. Every answer
-// must be 200.
-func load(b *testing.B, url string, hdr http.Header, conc int) {
-	payload := []byte(validBody)
-	client := &http.Client{Transport: &http.Transport{
-		MaxIdleConns: conc * 2, MaxIdleConnsPerHost: conc * 2, DisableCompression: true,
-	}, Timeout: 10 * time.Second}
-	defer client.CloseIdleConnections()
-	latencies := make([]time.Duration, b.N)
-	var next atomic.Int64
-	var failed atomic.Int64
-	var wg sync.WaitGroup
+// connections (loadgen's closed loop) and reports events/s, latency
+// percentiles and this process's CPU time per event. Every answer must be
+// 200.
+func load(b *testing.B, url string, hdr http.Header, conc int) loadgen.Summary {
+	poster := loadgen.NewPoster(url, hdr, []byte(validBody), conc)
+	defer poster.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0, err := loadgen.ProcessCPU(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
 	begin := time.Now()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(payload))
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				req.Header = hdr
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				latencies[i] = time.Since(t0)
-				if err != nil || resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	lat, err := loadgen.Closed(b.N, conc, func(int) error { return poster.Post() })
 	elapsed := time.Since(begin)
-	cpu := cpuTime() - cpu0
+	cpu1, _ := loadgen.ProcessCPU(os.Getpid())
 	b.StopTimer()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d of %d requests failed or were not 200", n, b.N)
+	if err != nil {
+		b.Fatal(err)
 	}
-	slices.Sort(latencies)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
-	b.ReportMetric(ms(percentile(latencies, 0.50)), "p50-ms")
-	b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
+	s := loadgen.Summarize(lat, elapsed)
+	b.ReportMetric(s.RPS, "events/s")
+	b.ReportMetric(loadgen.Millis(s.P50), "p50-ms")
+	b.ReportMetric(loadgen.Millis(s.P99), "p99-ms")
 	// CPU time of the whole process (senders and server) per event: less
 	// sensitive than wall-clock figures to other load on a shared host.
-	b.ReportMetric(float64(cpu)/float64(time.Microsecond)/float64(b.N), "cpu-us/event")
+	b.ReportMetric(loadgen.Micros(cpu1-cpu0)/float64(b.N), "cpu-us/event")
+	return s
 }
-
-// cpuTime is the user+system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p+0.5) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

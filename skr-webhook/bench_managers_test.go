@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
+	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 )
 
 // BenchmarkAdmissionManyManagers is the webhook at fleet scale: the SKR
@@ -58,29 +55,20 @@ func BenchmarkAdmissionManyManagers(b *testing.B) {
 				bodies[i] = updateReview(i)
 			}
 			const perIteration = 5000
-			lat := make([]time.Duration, 0, b.N*perIteration)
 			b.ResetTimer()
 			began := time.Now()
-			for i := 0; i < b.N*perIteration; i++ {
-				start := time.Now()
-				resp, err := env.client.Post(urls[i%n], "application/json", bytes.NewReader(bodies[i%len(bodies)]))
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-				lat = append(lat, time.Since(start))
-				if resp.StatusCode != http.StatusOK {
-					b.Fatalf("status %d", resp.StatusCode)
-				}
-			}
+			lat, err := loadgen.Closed(b.N*perIteration, 1, func(i int) error {
+				return post(env.client, urls[i%n], bodies[i%len(bodies)])
+			})
 			elapsed := time.Since(began)
 			b.StopTimer()
-			slices.Sort(lat)
-			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
-			b.ReportMetric(pct(0.50), "p50-ms")
-			b.ReportMetric(pct(0.99), "p99-ms")
-			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "requests/s")
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := loadgen.Summarize(lat, elapsed)
+			b.ReportMetric(loadgen.Millis(s.P50), "p50-ms")
+			b.ReportMetric(loadgen.Millis(s.P99), "p99-ms")
+			b.ReportMetric(s.RPS, "requests/s")
 			b.ReportMetric(float64(len(env.app.dispatcher.Managers())), "managers-known")
 			// Refusals count every attempt; at start that is one per
 			// manager of the file beyond the bound.

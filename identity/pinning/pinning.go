@@ -171,12 +171,9 @@ func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial
 	case len(elems) > 1:
 		return nil, deny(contract.ReasonMalformedXFCC, "%d elements, want exactly one", len(elems))
 	}
-	certs := elems[0].Values(xfcc.KeyCert)
-	switch {
-	case len(certs) > 1:
-		return nil, deny(contract.ReasonMalformedXFCC, "%v", xfcc.ErrMultipleCerts)
-	case len(certs) == 0 || certs[0] == "":
-		return nil, deny(contract.ReasonMalformedXFCC, "%v", xfcc.ErrNoCert)
+	certValue, err := elems[0].CertValue()
+	if err != nil { // ErrMultipleCerts or ErrNoCert
+		return nil, deny(contract.ReasonMalformedXFCC, "%v", err)
 	}
 
 	now := time.Now
@@ -185,10 +182,10 @@ func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial
 	}
 	t := now()
 	roots, gen := v.currentRoots()
-	key := hashString(certs[0])
+	key := hashString(certValue)
 	info := v.cache.get(key)
 	if info == nil || (roots != nil && !info.verifiedAt(t, gen)) {
-		cert, err := xfcc.DecodeCert(certs[0])
+		cert, err := xfcc.DecodeCert(certValue)
 		if err != nil {
 			return nil, deny(contract.ReasonInvalidCertificate, "%v", err)
 		}

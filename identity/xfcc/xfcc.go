@@ -147,14 +147,31 @@ func (e Element) Value(key string) (string, bool) {
 // ErrNoCert when there is no Cert or it is empty and ErrMultipleCerts when
 // there is more than one.
 func (e Element) Certificate() (*x509.Certificate, error) {
-	vs := e.Values(KeyCert)
-	switch {
-	case len(vs) > 1:
-		return nil, ErrMultipleCerts
-	case len(vs) == 0 || vs[0] == "":
-		return nil, ErrNoCert
+	v, err := e.CertValue()
+	if err != nil {
+		return nil, err
 	}
-	return DecodeCert(vs[0])
+	return DecodeCert(v)
+}
+
+// CertValue returns the element's one Cert value (unescaped, not decoded),
+// ErrNoCert when there is none or it is empty and ErrMultipleCerts when
+// there is more than one. It does not allocate (the per-request path).
+func (e Element) CertValue() (string, error) {
+	var v string
+	n := 0
+	for _, p := range e {
+		if strings.EqualFold(p.Key, KeyCert) {
+			if n++; n > 1 {
+				return "", ErrMultipleCerts
+			}
+			v = p.Unescaped()
+		}
+	}
+	if v == "" {
+		return "", ErrNoCert
+	}
+	return v, nil
 }
 
 // DecodeCert decodes a Cert value: URL-decoded with query-unescape semantics

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
+	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 )
 
 // BenchmarkWriteToOperator brings up the local system (from a warm build
@@ -75,12 +75,11 @@ func benchWriteToOperator(b *testing.B, changes int) {
 		}
 		latencies = append(latencies, ev.Time.Sub(start))
 	}
-	slices.Sort(latencies)
-	pct := func(p float64) time.Duration { return latencies[int(p*float64(len(latencies)-1))] }
-	b.ReportMetric(float64(pct(0.50).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(pct(0.99).Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(latencies[len(latencies)-1].Microseconds())/1000, "max-ms")
-	b.Logf("%d changes: p50 %s, p99 %s, max %s", changes, pct(0.5), pct(0.99), latencies[len(latencies)-1])
+	sum := loadgen.Summarize(latencies, 0)
+	b.ReportMetric(loadgen.Millis(sum.P50), "p50-ms")
+	b.ReportMetric(loadgen.Millis(sum.P99), "p99-ms")
+	b.ReportMetric(loadgen.Millis(sum.Max), "max-ms")
+	b.Logf("%d changes: p50 %s, p99 %s, max %s", changes, sum.P50, sum.P99, sum.Max)
 }
 
 // nextEvent waits for the operator's next event about the named object.

@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 )
 
@@ -94,12 +95,7 @@ func benchModuleRoundTrip(b *testing.B, edits int) {
 	}
 	slices.Sort(toKCP)
 	slices.Sort(roundTrip)
-	pct := func(d []time.Duration, p float64) float64 {
-		if len(d) == 0 {
-			return 0
-		}
-		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
-	}
+	pct := func(d []time.Duration, p float64) float64 { return loadgen.Millis(loadgen.Percentile(d, p)) }
 	b.ReportMetric(pct(roundTrip, 0.5), "p50-ms")
 	b.ReportMetric(pct(roundTrip, 0.99), "p99-ms")
 	b.ReportMetric(pct(roundTrip, 1), "max-ms")

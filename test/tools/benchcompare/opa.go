@@ -6,20 +6,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/util"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 )
 
 // policy is SAN pinning in Rego: the certificate from the XFCC header's
@@ -108,58 +104,32 @@ func (s *opaServer) Check(ctx context.Context, req *authv3.CheckRequest) (*authv
 	}
 	id, _ := d["runtime"].(string)
 	domain, _ := d["domain"].(string)
-	return allowResponse(id, domain), nil
-}
-
-// alwaysAllow answers every Check with OK and the same upstream headers as
-// ext-authz, without looking at the request: the cost of gRPC alone.
-type alwaysAllow struct {
-	authv3.UnimplementedAuthorizationServer
-}
-
-func (alwaysAllow) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	return allowResponse("runtime-00000", "skr-00000.kyma.example.com"), nil
-}
-
-func allowResponse(id, domain string) *authv3.CheckResponse {
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{
-			{Header: &corev3.HeaderValue{Key: contract.HeaderRuntimeID, Value: id}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-			{Header: &corev3.HeaderValue{Key: contract.HeaderSKRDomain, Value: domain}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-		}}},
-	}
+	return loadgen.AllowResponse(id, domain), nil
 }
 
 func denyResponse(c codes.Code) *authv3.CheckResponse {
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(c)}}
 }
 
-// serve runs in a re-executed process: one ext_authz server on a loopback
-// port, printed as ADDR=<addr>, until SIGTERM.
-func serve(kind, runtimesFile string) int {
-	var srv authv3.AuthorizationServer = alwaysAllow{}
-	if kind == "opa" {
-		s, err := newOPAServer(context.Background(), runtimesFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "opa:", err)
-			return 1
-		}
-		srv = s
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+// serveOPA serves the OPA ext_authz server (loadgen.ServeFunc); arg is the
+// file of runtimes (ID -> SKR domain).
+func serveOPA(ctx context.Context, ln net.Listener, runtimesFile string) error {
+	s, err := newOPAServer(ctx, runtimesFile)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return fmt.Errorf("opa: %w", err)
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
-	authv3.RegisterAuthorizationServer(gs, srv)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	go func() { <-sig; gs.Stop() }()
-	fmt.Printf("ADDR=%s\n", lis.Addr())
-	if err := gs.Serve(lis); err != nil {
-		return 1
+	gs := loadgen.NewGRPCServer(s)
+	go func() { <-ctx.Done(); gs.Stop() }()
+	return gs.Serve(ln)
+}
+
+func opaVersion() string {
+	if bi, ok := debugBuildInfo(); ok {
+		for _, d := range bi {
+			if d[0] == "github.com/open-policy-agent/opa" {
+				return d[1]
+			}
+		}
 	}
-	return 0
+	return ""
 }
