@@ -50,15 +50,24 @@ func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string
 	var leaf *x509.Certificate
 	if len(certs) > 0 {
 		leaf = certs[0]
-		r.reportExpiry(ctx, kyma, id, leaf)
 	}
 	if r.Trust == nil {
+		if leaf != nil {
+			r.reportExpiry(ctx, kyma, id, leaf, nil)
+		}
 		return runtimeTrust{caBundle: tls.CA, gatewayCA: tls.CA, leaf: leaf}, true
 	}
 	p := r.Trust.current()
 	idx := -1
 	if p != nil && leaf != nil {
 		idx = trust.SignedBy(leaf, p.runtimeCAs)
+	}
+	if leaf != nil {
+		var ca *x509.Certificate
+		if idx >= 0 {
+			ca = p.runtimeCAs[idx]
+		}
+		r.reportExpiry(ctx, kyma, id, leaf, ca)
 	}
 	if p == nil || p.runtimeBundle == nil || idx < 0 {
 		r.Trust.Poke()
@@ -138,12 +147,15 @@ func (r *Reconciler) afterPush(ctx context.Context, kyma client.Object, key, id 
 }
 
 // reportExpiry logs and reports a runtime certificate that expires within
-// ExpiringSoon (counted by the trust keeper's metrics).
-func (r *Reconciler) reportExpiry(ctx context.Context, kyma client.Object, id string, leaf *x509.Certificate) {
-	left := time.Until(leaf.NotAfter)
+// ExpiringSoon (counted by the trust keeper's metrics): by its own notAfter
+// or by that of ca, the CA that signed it (nil when unknown), whichever
+// comes first (trust.Expiry).
+func (r *Reconciler) reportExpiry(ctx context.Context, kyma client.Object, id string, leaf, ca *x509.Certificate) {
+	end := trust.Expiry(leaf, ca)
+	left := time.Until(end)
 	if left >= ExpiringSoon {
 		return
 	}
-	log.FromContext(ctx).Info("runtime certificate expires soon", "runtime", id, "notAfter", leaf.NotAfter, "left", left.Round(time.Second).String())
-	r.event(kyma, corev1.EventTypeWarning, ReasonExpiringSoon, fmt.Sprintf("runtime certificate expires at %s", leaf.NotAfter.UTC().Format(time.RFC3339)))
+	log.FromContext(ctx).Info("runtime certificate expires soon", "runtime", id, "notAfter", leaf.NotAfter, "usableUntil", end, "left", left.Round(time.Second).String())
+	r.event(kyma, corev1.EventTypeWarning, ReasonExpiringSoon, fmt.Sprintf("runtime certificate expires at %s", end.UTC().Format(time.RFC3339)))
 }
