@@ -3,7 +3,8 @@
 // cold start, how many write requests that costs, and that a second full
 // pass (a restarted controller) writes nothing.
 //
-// The KCP is a real API server (envtest) with the cert-manager stand-in.
+// The KCP is a real API server (envtest) with cert-manager's own controllers
+// and kube-controller-manager (test/cmcontrollers, testenv).
 // The runtimes' (SKRs') API servers are one of two stand-ins, chosen with
 // -vsbench.skr:
 //
