@@ -143,13 +143,19 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-ma
 	chmod 644 manifests/crds/third_party/*.yaml
 
 .PHONY: envtest-assets
-envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl ## Build kube-apiserver, etcd and kubectl from source into bin/k8s/<version>/ (once).
+envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl ## Build kube-apiserver, kube-controller-manager, etcd and kubectl from source into bin/k8s/<version>/ (once).
 
 # Built from test/tools/k8s (its go.mod pins k8s.io/kubernetes and etcd);
 # only the Go module proxy is used.
 $(K8S_ASSETS)/kube-apiserver:
 	@echo "Building kube-apiserver v$(K8S_VERSION) from source (several minutes the first time)..."
 	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
+
+# The local environment runs its garbage collector and namespace controller
+# (cert-manager's CertificateRequests and Secrets are owned by Certificates).
+$(K8S_ASSETS)/kube-controller-manager:
+	@echo "Building kube-controller-manager v$(K8S_VERSION) from source (several minutes the first time)..."
+	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-controller-manager && mv $@.tmp $@
 
 $(K8S_ASSETS)/kubectl:
 	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@

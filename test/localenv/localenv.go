@@ -2,10 +2,11 @@
 // without containers (docs/architecture.md §1, "Local"): a KCP and an SKR API
 // server (real kube-apiserver and etcd), the project's binaries as real
 // processes — ext-authz, vs-controller, skr-webhook, the example operator,
-// module-sync and the example module manager — and the stand-ins for what cannot run here:
+// module-sync and the example module manager —, cert-manager's own
+// controllers (in-process, test/cmcontrollers) with kube-controller-manager's
+// garbage collector and namespace controller, and the stand-ins for what
+// cannot run here:
 //
-//   - cert-manager's controller: test/certmanager signs the Certificates
-//     vs-controller asks for;
 //   - the Istio ingress gateway (Envoy): test/gateway terminates mTLS, sets
 //     XFCC, calls ext-authz and routes by the VirtualServices;
 //   - the kubelet's Secret volume: the SKR's skr-webhook-tls Secret is
@@ -26,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,7 +45,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
+	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -187,21 +189,29 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		}
 	}
 
-	// cert-manager stand-in and the PKI of manifests/kcp/base/pki.yaml:
-	// the runtime CA is a namespaced CA Issuer in vs-controller's namespace
-	// (only Certificates there can use it, docs/architecture.md §4.9), the
+	// cert-manager and the PKI of manifests/kcp/base/pki.yaml: the runtime
+	// CA is a namespaced CA Issuer in vs-controller's namespace (only
+	// Certificates there can use it, docs/architecture.md §4.9), the
 	// gateway's server certificate comes from its own CA in istio-system.
+	if err := s.KCP.StartControllerManager(); err != nil {
+		return s, err
+	}
+	s.step("kube-controller-manager (%s) up for the KCP", strings.Join(testenv.ControllerManagerControllers, ", "))
 	for _, obj := range pkiObjects() {
 		if err := s.KCP.Client.Create(ctx, obj); err != nil {
 			return s, fmt.Errorf("PKI %T %s: %w", obj, obj.GetName(), err)
 		}
 	}
-	cm, err := certmanager.NewManager(s.KCP.Config, certmanager.Options{Namespaces: []string{KymaNamespace, GatewayNamespace}})
+	cmLog, cmLogFile, err := fileLogger(s.Dir, "cert-manager")
 	if err != nil {
 		return s, err
 	}
-	s.goRun(func() error { return cm.Start(runCtx) })
-	s.step("cert-manager stand-in signs Certificates: runtime CA in %s, gateway CA in %s", KymaNamespace, GatewayNamespace)
+	s.goRun(func() error {
+		defer cmLogFile.Close()
+		return cmcontrollers.Run(runCtx, cmcontrollers.Options{Kubeconfig: s.KCP.KubeconfigPath, Log: cmLog})
+	})
+	s.step("cert-manager's controllers issue Certificates (log: %s): runtime CA in %s, gateway CA in %s",
+		filepath.Join(s.Dir, "logs", "cert-manager.log"), KymaNamespace, GatewayNamespace)
 
 	if err := s.installSampleCRD(ctx); err != nil {
 		return s, err

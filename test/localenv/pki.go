@@ -68,8 +68,9 @@ func pkiObjects() []client.Object {
 		Spec: certmanagerv1.CertificateSpec{
 			SecretName: GatewayTLSSecret, DNSNames: []string{GatewayHost},
 			Duration: &metav1.Duration{Duration: CADuration}, RenewBefore: &metav1.Duration{Duration: CARenewBefore},
-			PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways},
-			IssuerRef:  cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: GatewayCAName},
+			PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways,
+				Algorithm: certmanagerv1.ECDSAKeyAlgorithm, Size: 256},
+			IssuerRef: cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: GatewayCAName},
 		}})
 	return objs
 }

@@ -9,8 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 )
 
 // process is one of the project's binaries running as a real process, its
@@ -57,6 +61,24 @@ func startProcess(dir, name, binary string, stdout io.Writer, env []string, args
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// fileLogger is a logger writing to <dir>/logs/<name>.log, for a part of
+// the environment that runs in this process.
+func fileLogger(dir, name string) (logr.Logger, io.Closer, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return logr.Logger{}, nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "logs", name+".log"))
+	if err != nil {
+		return logr.Logger{}, nil, err
+	}
+	var mu sync.Mutex
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintln(f, time.Now().UTC().Format(time.RFC3339Nano), prefix, args)
+	}, funcr.Options{Verbosity: 1}), f, nil
 }
 
 // pid is the process's id (and that of its process group).

@@ -128,7 +128,7 @@ func run(interval time.Duration) (err error) {
 	ctrl.SetLogger(log)
 
 	began := time.Now()
-	fmt.Println("Runtime Watcher — local environment (no containers: real API servers, real binaries, stand-ins for Envoy and cert-manager)")
+	fmt.Println("Runtime Watcher — local environment (no containers: real API servers, kube-controller-manager and cert-manager, real binaries, a stand-in for Envoy)")
 	fmt.Println("Starting:")
 	sys, err = localenv.Start(ctx, localenv.Options{Dir: dir, Progress: os.Stdout, Log: log})
 	if err != nil {

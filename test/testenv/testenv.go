@@ -94,6 +94,8 @@ type Cluster struct {
 	KubeconfigPath string
 
 	env *envtest.Environment
+	dir string
+	kcm *controllerManager
 }
 
 // Env is a set of running clusters.
@@ -181,7 +183,7 @@ func startCluster(name, assets, dir string) (*Cluster, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	return &Cluster{Name: name, Config: cfg, Client: c, KubeconfigPath: path, env: env}, nil
+	return &Cluster{Name: name, Config: cfg, Client: c, KubeconfigPath: path, env: env, dir: dir}, nil
 }
 
 // Kubeconfig is the cluster's admin kubeconfig (the file at KubeconfigPath),
@@ -206,11 +208,15 @@ func (c *Cluster) Kubeconfig(server string) ([]byte, error) {
 // Cluster returns the named cluster, or nil.
 func (e *Env) Cluster(name string) *Cluster { return e.clusters[name] }
 
-// Stop stops every cluster (in reverse start order) and removes the
+// Stop stops every cluster (in reverse start order; a cluster's
+// kube-controller-manager before its API server) and removes the
 // kubeconfig folder when Start created it.
 func (e *Env) Stop() error {
 	var errs []error
 	for i := len(e.order) - 1; i >= 0; i-- {
+		if err := e.clusters[e.order[i]].kcm.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", e.order[i], err))
+		}
 		if err := e.clusters[e.order[i]].env.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", e.order[i], err))
 		}

@@ -30,7 +30,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
@@ -118,7 +117,7 @@ func BenchmarkCARotation(b *testing.B) {
 // Issuer -> CA Certificate with rotationPolicy Always -> CA Issuer, for the
 // runtime CA in the Kyma namespace and the gateway CA in the gateway
 // namespace, and the gateway's server Certificate), w Watchers and n
-// runtimes, and runs the cert-manager stand-in.
+// runtimes, and runs cert-manager's controllers.
 func setupRotation(b *testing.B, ctx context.Context, n, w int) *fixture {
 	f := &fixture{w: w, r: n, kcpCount: newCounter(), skrCount: newCounter()}
 	var err error
@@ -146,11 +145,7 @@ func setupRotation(b *testing.B, ctx context.Context, n, w int) *fixture {
 			b.Fatal(err)
 		}
 	}
-	go func() {
-		if err := certmanager.Run(ctx, f.kcp.Config, certmanager.Options{Namespaces: []string{kymaNS, gatewayNS}}); err != nil && ctx.Err() == nil {
-			panic(err)
-		}
-	}()
+	f.runCertManager(b, ctx)
 	gw := &istionetworkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "kcp-gateway", Namespace: gatewayNS, Labels: map[string]string{"app": "watcher"}}}
 	gw.Spec.Servers = []*istioapiv1.Server{{Port: &istioapiv1.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"*.kcp.example.com", "gateway.kcp.example.com"}}}
 	if err := fast.Create(ctx, gw); err != nil {
@@ -193,8 +188,9 @@ func rotationPKI() []client.Object {
 				Spec: certmanagerv1.CertificateSpec{
 					IsCA: true, CommonName: ca.name, SecretName: ca.name,
 					Duration: &metav1.Duration{Duration: 8760 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 720 * time.Hour},
-					PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways},
-					IssuerRef:  cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: selfSigned},
+					PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways,
+						Algorithm: certmanagerv1.ECDSAKeyAlgorithm, Size: 256},
+					IssuerRef: cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: selfSigned},
 				}},
 			&certmanagerv1.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: ca.ns, Name: ca.name},
 				Spec: certmanagerv1.IssuerSpec{IssuerConfig: certmanagerv1.IssuerConfig{CA: &certmanagerv1.CAIssuer{SecretName: ca.name}}}},
@@ -203,8 +199,9 @@ func rotationPKI() []client.Object {
 	return append(objs, &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: gatewayNS, Name: gatewayTLSName},
 		Spec: certmanagerv1.CertificateSpec{
 			SecretName: gatewayTLSName, DNSNames: []string{"gateway.kcp.example.com"},
-			PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways},
-			IssuerRef:  cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: gatewayCAName},
+			PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways,
+				Algorithm: certmanagerv1.ECDSAKeyAlgorithm, Size: 256},
+			IssuerRef: cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: gatewayCAName},
 		}})
 }
 

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -55,10 +56,24 @@ func ValidRuntimeID(id string) error {
 	return nil
 }
 
+// PrivateKey is the runtime certificates' key: ECDSA P-256, a new key at
+// every issuance. Set explicitly because cert-manager's default is RSA 2048
+// (and Lifecycle Manager's RSA 4096): cert-manager makes a key at every
+// issuance, for every runtime, and again for all of them at a CA rotation —
+// a P-256 key takes microseconds where an RSA 2048 key takes tens of
+// milliseconds of cert-manager's CPU (4096: hundreds) —, the webhook signs
+// every mTLS handshake to the gateway with it (P-256 signing is several
+// times cheaper than RSA 2048's), and it is as strong as the CAs' own
+// P-256 keys (manifests/kcp/base/pki.yaml; RSA 2048 is weaker).
+var PrivateKey = certmanagerv1.CertificatePrivateKey{
+	Algorithm: certmanagerv1.ECDSAKeyAlgorithm, Size: 256, RotationPolicy: certmanagerv1.RotationPolicyAlways,
+}
+
 // Desired is runtime id's Certificate, owned by the Kyma: DNS names the
-// skr-domain, then dnsNames (deduplicated, empty ones left out). Its
-// secretTemplate labels the Secret contract.LabelPartOf=contract.PartOf:
-// vs-controller's cache holds only Secrets so labelled.
+// skr-domain, then dnsNames (deduplicated, empty ones left out); its key
+// PrivateKey. Its secretTemplate labels the Secret
+// contract.LabelPartOf=contract.PartOf: vs-controller's cache holds only
+// Secrets so labelled.
 func Desired(kyma client.Object, id, domain string, issuer cmmeta.IssuerReference, dnsNames []string) *certmanagerv1.Certificate {
 	dns := []string{domain}
 	seen := map[string]bool{domain: true}
@@ -81,7 +96,8 @@ func Desired(kyma client.Object, id, domain string, issuer cmmeta.IssuerReferenc
 			SecretTemplate: &certmanagerv1.CertificateSecretTemplate{
 				Labels: map[string]string{contract.LabelPartOf: contract.PartOf},
 			},
-			IssuerRef: issuer,
+			IssuerRef:  issuer,
+			PrivateKey: ptr.To(PrivateKey),
 			Usages: []certmanagerv1.KeyUsage{
 				certmanagerv1.UsageDigitalSignature, certmanagerv1.UsageKeyEncipherment,
 				certmanagerv1.UsageServerAuth, certmanagerv1.UsageClientAuth,

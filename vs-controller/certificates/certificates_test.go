@@ -39,6 +39,9 @@ func TestDesired(t *testing.T) {
 	if !slices.Contains(c.Spec.Usages, certmanagerv1.UsageClientAuth) || !slices.Contains(c.Spec.Usages, certmanagerv1.UsageServerAuth) {
 		t.Fatalf("usages %v", c.Spec.Usages)
 	}
+	if k := c.Spec.PrivateKey; k == nil || k.Algorithm != certmanagerv1.ECDSAKeyAlgorithm || k.Size != 256 || k.RotationPolicy != certmanagerv1.RotationPolicyAlways {
+		t.Fatalf("private key %+v: want ECDSA P-256, rotated at every issuance (cert-manager's default is RSA 2048)", k)
+	}
 }
 
 func TestValidRuntimeID(t *testing.T) {

@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
 )
 
 // docs/architecture.md §4.9: the runtime Issuer is namespaced, so nobody outside
@@ -37,17 +35,30 @@ var _ = Describe("the runtime Issuer", func() {
 			return kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: "control"}, &corev1.Secret{})
 		}).Should(Succeed())
 
-		Eventually(func() *certmanagerv1.CertificateCondition {
+		// cert-manager: the Certificate is not Ready, its Secret does not
+		// exist; its CertificateRequest waits for an Issuer that is not there.
+		Eventually(func() string {
 			Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(forged), forged)).To(Succeed())
-			for i, c := range forged.Status.Conditions {
+			for _, c := range forged.Status.Conditions {
 				if c.Type == certmanagerv1.CertificateConditionReady {
-					return &forged.Status.Conditions[i]
+					return string(c.Status) + "/" + c.Reason
 				}
 			}
-			return nil
-		}).Should(And(Not(BeNil()), WithTransform(func(c *certmanagerv1.CertificateCondition) string {
-			return string(c.Status) + "/" + c.Reason
-		}, Equal("False/"+certmanager.ReasonPending))))
+			return ""
+		}).Should(Equal("False/DoesNotExist"))
+		Eventually(func() []string {
+			var reqs certmanagerv1.CertificateRequestList
+			Expect(kcp.Client.List(ctx, &reqs, client.InNamespace("intruder"))).To(Succeed())
+			var ready []string
+			for _, r := range reqs.Items {
+				for _, c := range r.Status.Conditions {
+					if c.Type == certmanagerv1.CertificateRequestConditionReady {
+						ready = append(ready, string(c.Status)+"/"+c.Reason)
+					}
+				}
+			}
+			return ready
+		}).Should(Equal([]string{"False/" + certmanagerv1.CertificateRequestReasonPending}))
 		Consistently(func() bool {
 			return apierrors.IsNotFound(kcp.Client.Get(ctx, client.ObjectKey{Namespace: "intruder", Name: "forged"}, &corev1.Secret{}))
 		}).WithTimeout(2*time.Second).Should(BeTrue(), "a Certificate outside the runtime namespace was issued")

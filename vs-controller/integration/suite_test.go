@@ -1,6 +1,7 @@
 // Package integration tests vs-controller against two real API servers: a
 // KCP (Watchers, Gateways, Kymas, Certificates) and an SKR that receives the
-// bundle. cert-manager's controller is replaced by test/certmanager.
+// bundle. cert-manager's own controllers issue the Certificates
+// (test/cmcontrollers), kube-controller-manager collects what they own.
 package integration_test
 
 import (
@@ -25,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
+	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -71,12 +72,13 @@ var _ = BeforeSuite(func() {
 	env, err = testenv.Start("kcp", "skr")
 	Expect(err).NotTo(HaveOccurred())
 	kcp, skr = env.Cluster("kcp"), env.Cluster("skr")
+	Expect(kcp.StartControllerManager()).To(Succeed())
 	for _, ns := range []string{kymaNS, gatewayNS} {
 		Expect(kcp.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	}
 	ca, err = pki.NewCA("runtime-watcher test CA")
 	Expect(err).NotTo(HaveOccurred())
-	Expect(certmanager.InstallCA(context.Background(), kcp.Client, ca, kymaNS, issuerName)).To(Succeed())
+	Expect(cmcontrollers.InstallCA(context.Background(), kcp.Client, ca, kymaNS, issuerName)).To(Succeed())
 
 	var ctx context.Context
 	ctx, stop = context.WithCancel(context.Background())
@@ -84,7 +86,7 @@ var _ = BeforeSuite(func() {
 	go func() {
 		defer GinkgoRecover()
 		defer func() { done <- struct{}{} }()
-		Expect(certmanager.Run(ctx, kcp.Config, certmanager.Options{})).To(Succeed())
+		Expect(cmcontrollers.Run(ctx, cmcontrollers.Options{Kubeconfig: kcp.KubeconfigPath, Log: ctrl.Log})).To(Succeed())
 	}()
 	webhookIngressFrom, err = bundle.ParseIngressFrom(bundle.IngressFromGardener)
 	Expect(err).NotTo(HaveOccurred())

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed-c8be168e/runtime-watcher/test/certmanager"
+	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -100,7 +100,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 		}
 		ourCA, err = pki.NewCA("runtime-watcher trust-window CA")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(certmanager.InstallCA(ctx, cluster.Client, ourCA, kymaNS, issuerName)).To(Succeed())
+		Expect(cmcontrollers.InstallCA(ctx, cluster.Client, ourCA, kymaNS, issuerName)).To(Succeed())
 
 		// LM's CA Secret as LM's cert-manager CA Certificate leaves it
 		// (test/fixtures/lifecycle-manager/pki/): its ca.crt holds the

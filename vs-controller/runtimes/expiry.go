@@ -26,7 +26,11 @@ func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string
 	var leaf *x509.Certificate
 	if len(certs) > 0 {
 		leaf = certs[0]
-		r.reportExpiry(ctx, kyma, id, leaf)
+		var signer *x509.Certificate
+		if r.Trust != nil {
+			signer = r.Trust.SignerOf(leaf)
+		}
+		r.reportExpiry(ctx, kyma, id, leaf, signer)
 	}
 	if r.Trust == nil {
 		return trust.RuntimeTrust{CABundle: tls.CA, GatewayCA: tls.CA}, true
@@ -35,12 +39,16 @@ func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string
 }
 
 // reportExpiry logs and reports a runtime certificate that expires within
-// trust.ExpiringSoon (counted by the trust keeper's metrics).
-func (r *Reconciler) reportExpiry(ctx context.Context, kyma client.Object, id string, leaf *x509.Certificate) {
-	left := time.Until(leaf.NotAfter)
+// trust.ExpiringSoon (counted by the trust keeper's metrics): by its own
+// notAfter or by that of ca, the CA that signed it (nil when unknown),
+// whichever comes first (trust.Expiry; cert-manager does not cap a leaf at
+// its CA's end).
+func (r *Reconciler) reportExpiry(ctx context.Context, kyma client.Object, id string, leaf, ca *x509.Certificate) {
+	end := trust.Expiry(leaf, ca)
+	left := time.Until(end)
 	if left >= trust.ExpiringSoon {
 		return
 	}
-	log.FromContext(ctx).Info("runtime certificate expires soon", "runtime", id, "notAfter", leaf.NotAfter, "left", left.Round(time.Second).String())
-	r.event(kyma, corev1.EventTypeWarning, ReasonExpiringSoon, fmt.Sprintf("runtime certificate expires at %s", leaf.NotAfter.UTC().Format(time.RFC3339)))
+	log.FromContext(ctx).Info("runtime certificate expires soon", "runtime", id, "notAfter", leaf.NotAfter, "usableUntil", end, "left", left.Round(time.Second).String())
+	r.event(kyma, corev1.EventTypeWarning, ReasonExpiringSoon, fmt.Sprintf("runtime certificate expires at %s", end.UTC().Format(time.RFC3339)))
 }

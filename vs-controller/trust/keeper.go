@@ -502,16 +502,16 @@ func (k *Keeper) scanLeaves(ctx context.Context, p *published) {
 	onOld, soon := 0, 0
 	series := make(map[[2]string]bool, len(leaves))
 	for id, l := range leaves {
-		ca := "unknown"
+		ca, signer := "unknown", (*x509.Certificate)(nil)
 		if i := k.signedBy(l, p.runtimeCAs); i >= 0 {
-			ca = Fingerprint(p.runtimeCAs[i])
+			ca, signer = Fingerprint(p.runtimeCAs[i]), p.runtimeCAs[i]
 		}
 		series[[2]string{id, ca}] = true
 		metrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
 		if p.runtimeCurrent != nil && k.signedBy(l, []*x509.Certificate{p.runtimeCurrent}) != 0 {
 			onOld++
 		}
-		if l.NotAfter.Sub(now) < ExpiringSoon {
+		if Expiry(l, signer).Sub(now) < ExpiringSoon {
 			soon++
 		}
 	}

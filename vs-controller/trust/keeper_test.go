@@ -113,7 +113,16 @@ func TestKeeperCertificateMetrics(t *testing.T) {
 	metrics.CANotAfter.DeletePartialMatch(prometheus.Labels{"anchor": anchor})
 	ctx := context.Background()
 	c := keeperClient(t)
-	ca1, ca2, stranger := mustCA(t, "ca-1"), mustCA(t, "ca-2"), mustCA(t, "stranger")
+	// CAs valid for a year: a certificate expires when its CA does, if
+	// that comes first (trust.Expiry).
+	yearCA := func(name string) *pki.CA {
+		ca, err := pki.NewCAValid(name, time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	ca1, ca2, stranger := yearCA("ca-1"), yearCA("ca-2"), yearCA("stranger")
 	fp1, fp2 := Fingerprint(ca1.Cert), Fingerprint(ca2.Cert)
 	caSecret := types.NamespacedName{Namespace: keeperNS, Name: "runtime-watcher-ca"}
 	putSecret(t, c, caSecret.Name, map[string][]byte{corev1.TLSCertKey: ca1.PEM})
@@ -207,4 +216,19 @@ func TestKeeperCertificateMetrics(t *testing.T) {
 	if _, ok := k.leaves.Load(certificates.Name("runtime-c")); ok {
 		t.Error("the removed runtime's certificate is still remembered")
 	}
+
+	// A CA that ends in 3 days signs a 60-day certificate, as cert-manager
+	// does (it does not cap a leaf at its CA's end): the certificate
+	// expires soon all the same.
+	ca3, err := pki.NewCAValid("ca-3", now.Add(-time.Hour), now.Add(3*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp3 := Fingerprint(ca3.Cert)
+	putSecret(t, c, caSecret.Name, map[string][]byte{corev1.TLSCertKey: ca3.PEM})
+	a3 := mustLeaf(t, ca3, "runtime-a", later)
+	putSecret(t, c, certificates.Name("runtime-a"), map[string][]byte{corev1.TLSCertKey: a3.CertPEM})
+	check("runtime-a re-issued by a CA that ends before it",
+		map[string]float64{"runtime-a/" + fp3: unix(a3), "runtime-b/" + fp2: unix(b2)},
+		map[string]float64{fp2: caUnix(ca2), fp3: caUnix(ca3)}, 1, 1)
 }

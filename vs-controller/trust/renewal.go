@@ -69,6 +69,19 @@ func (k *Keeper) RuntimeTrust(ctx context.Context, id string, leaf *x509.Certifi
 	return t, true
 }
 
+// SignerOf is the CA of the published runtime trust bundle that signed leaf,
+// or nil while that is unknown.
+func (k *Keeper) SignerOf(leaf *x509.Certificate) *x509.Certificate {
+	p := k.current()
+	if p == nil || leaf == nil {
+		return nil
+	}
+	if i := SignedBy(leaf, p.runtimeCAs); i >= 0 {
+		return p.runtimeCAs[i]
+	}
+	return nil
+}
+
 // AfterPush runs once the SKR of the runtime (runtimeKey, its Kyma kyma,
 // runtime ID id) holds t: it remembers the gateway CAs the runtime trusts
 // and, when the runtime's certificate is not signed by the current CA,
