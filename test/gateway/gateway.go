@@ -148,6 +148,7 @@ type Gateway struct {
 	ads     *adsClient
 	metrics *metrics
 	snap    atomic.Pointer[snapshot]
+	res     atomic.Pointer[resources]
 	fault   atomic.Pointer[Fault]
 	rr      atomic.Uint64
 
@@ -209,7 +210,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 // install takes an accepted configuration.
-func (g *Gateway) install(s *snapshot, _ resources) {
+func (g *Gateway) install(s *snapshot, r resources) {
+	g.res.Store(&r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, l := range s.listeners {
@@ -228,6 +230,20 @@ func (g *Gateway) Versions() map[string]string {
 	if s := g.snap.Load(); s != nil {
 		for t, v := range s.versions {
 			out[shortType(t)] = v
+		}
+	}
+	return out
+}
+
+// Resources are the accepted xDS resources by type (CDS, EDS, LDS, RDS),
+// each list sorted by name.
+func (g *Gateway) Resources() map[string][]proto.Message {
+	out := map[string][]proto.Message{}
+	if r := g.res.Load(); r != nil {
+		for t, byName := range r.byType {
+			for _, name := range sortedKeys(byName) {
+				out[shortType(t)] = append(out[shortType(t)], byName[name])
+			}
 		}
 	}
 	return out
