@@ -2,7 +2,10 @@ module github.com/seed-c8be168e/runtime-watcher/test/tools/istio
 
 go 1.26.0
 
-require istio.io/istio v0.0.0-20260827124520-eed52ebb66ad
+require (
+	istio.io/istio v0.0.0-20260827124520-eed52ebb66ad
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -150,5 +153,4 @@ require (
 	sigs.k8s.io/mcs-api v0.4.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.0 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
