@@ -15,6 +15,11 @@ BIN         := $(ROOT)/bin
 K8S_ASSETS  := $(BIN)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# istiod (pilot-discovery) from the istio.io/istio version test/tools/istio/go.mod
+# pins (a pseudo-version: Istio tags no Go module versions); test/testenv
+# finds it at the same path.
+ISTIO_VERSION := $(shell awk '{for (i = 1; i < NF; i++) if ($$i == "istio.io/istio") print $$(i+1)}' test/tools/istio/go.mod)
+ISTIO_ASSETS := $(BIN)/istio/$(ISTIO_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_ASSETS)
 export PATH := $(K8S_ASSETS):$(PATH)
 
@@ -44,6 +49,7 @@ test: envtest-assets verify ## Unit, integration and e2e tests against real API 
 	go test $(GO_TEST_FLAGS) ./...
 	cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./...
 	cd test/tools/benchcompare && go test $(GO_TEST_FLAGS) ./...
+	cd test/tools/istio && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz-short
 
 ##@ Development
@@ -114,14 +120,15 @@ lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml (includes gofmt, goim
 # too (only what generation changes counts).
 GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum \
 	test/tools/monitoring/go.mod test/tools/monitoring/go.sum \
-	test/tools/benchcompare/go.mod test/tools/benchcompare/go.sum
+	test/tools/benchcompare/go.mod test/tools/benchcompare/go.sum \
+	test/tools/istio/go.mod test/tools/istio/go.sum
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail (with the diff) when `make generate manifests` or `go mod tidy` would change a file.
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
 	  tar -cf - $(GENERATED) | tar -xf - -C "$$snap"; \
 	  $(MAKE) --no-print-directory generate manifests; \
-	  go mod tidy; for m in k8s monitoring benchcompare; do (cd test/tools/$$m && go mod tidy); done; \
+	  go mod tidy; for m in k8s monitoring benchcompare istio; do (cd test/tools/$$m && go mod tidy); done; \
 	  changed=0; for f in $(GENERATED); do \
 	    if ! diff -ruN "$$snap/$$f" "$$f" > "$$snap/.diff"; then changed=1; sed "s#$$snap/##" "$$snap/.diff"; fi; \
 	  done; rm -f "$$snap/.diff"; \
@@ -143,7 +150,10 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-ma
 	chmod 644 manifests/crds/third_party/*.yaml
 
 .PHONY: envtest-assets
-envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl ## Build kube-apiserver, kube-controller-manager, etcd and kubectl from source into bin/k8s/<version>/ (once).
+envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl istio-assets ## Build kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/ and istiod into bin/istio/<version>/ from source (once).
+
+.PHONY: istio-assets
+istio-assets: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod (pilot-discovery) from source into bin/istio/<version>/ (once).
 
 # Built from test/tools/k8s (its go.mod pins k8s.io/kubernetes and etcd);
 # only the Go module proxy is used.
@@ -156,6 +166,13 @@ $(K8S_ASSETS)/kube-apiserver:
 $(K8S_ASSETS)/kube-controller-manager:
 	@echo "Building kube-controller-manager v$(K8S_VERSION) from source (several minutes the first time)..."
 	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-controller-manager && mv $@.tmp $@
+
+# Built from test/tools/istio (its go.mod pins istio.io/istio, which needs a
+# newer k8s.io than the project's own go.mod).
+$(ISTIO_ASSETS)/pilot-discovery:
+	@mkdir -p $(@D)
+	@echo "Building istiod (pilot-discovery) $(ISTIO_VERSION) from source (about 10-15 minutes on 2 cores the first time)..."
+	cd test/tools/istio && go build -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(ISTIO_VERSION)" -o $@.tmp istio.io/istio/pilot/cmd/pilot-discovery && mv $@.tmp $@
 
 $(K8S_ASSETS)/kubectl:
 	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@

@@ -170,7 +170,7 @@ var _ = Describe("the KCP manifests", func() {
 					"the gateway has its own CA, whose bundle vs-controller puts into every SKR's ca.crt")
 			})
 
-			It("send /v2/* on the ingress gateway to ext-authz, fail closed (AuthorizationPolicy CUSTOM + mesh config)", func() {
+			It("send every request on the ingress gateway to ext-authz, fail closed (AuthorizationPolicy CUSTOM + mesh config)", func() {
 				var gw istionetworkingv1.Gateway
 				one(objs, "Gateway", "kcp-gateway", &gw)
 				var ap istiosecurityv1.AuthorizationPolicy
@@ -179,15 +179,12 @@ var _ = Describe("the KCP manifests", func() {
 				Expect(ap.Spec.GetAction()).To(Equal(istioapisecurity.AuthorizationPolicy_CUSTOM))
 				Expect(ap.Spec.GetSelector().GetMatchLabels()).To(Equal(gw.Spec.GetSelector()),
 					"the policy must apply to the very gateway pods that serve the Gateway")
-				var paths []string
-				for _, r := range ap.Spec.GetRules() {
-					Expect(r.GetFrom()).To(BeEmpty(), "a source condition would exempt other sources from ext-authz")
-					Expect(r.GetWhen()).To(BeEmpty())
-					for _, to := range r.GetTo() {
-						paths = append(paths, to.GetOperation().GetPaths()...)
-					}
-				}
-				Expect(paths).To(ConsistOf(contract.EventPathPrefix + "*"))
+				// One empty rule matches every request: no path, source or
+				// condition exempts a request from ext-authz.
+				Expect(ap.Spec.GetRules()).To(HaveLen(1))
+				Expect(ap.Spec.GetRules()[0].GetFrom()).To(BeEmpty(), "a source condition would exempt other sources from ext-authz")
+				Expect(ap.Spec.GetRules()[0].GetTo()).To(BeEmpty(), "an operation condition would exempt other paths from ext-authz")
+				Expect(ap.Spec.GetRules()[0].GetWhen()).To(BeEmpty())
 
 				mc, _ := meshConfig()
 				var provider *meshv1alpha1.MeshConfig_ExtensionProvider

@@ -23,7 +23,9 @@ const (
 	Delivered Outcome = "delivered"
 	// Retriable: connection error, timeout, or any status but 2xx and the
 	// four below (403 from a cache not yet caught up, 404 from a route not
-	// yet programmed, 408, 425, 429, 5xx, ...).
+	// yet programmed, 408, 425, 429, 5xx — 503 among them: the gateway's
+	// answer when ext-authz is down or too slow, the mesh config's
+	// statusOnError — ...).
 	Retriable Outcome = "retry"
 	// Rejected: 400, 413, 415 or 422 — the body itself is wrong, retrying it
 	// cannot help — or an event that cannot be sent at all.

@@ -142,3 +142,26 @@ type ExtraWebhook interface {
 	Log() string
 	Stop() error
 }
+
+// IstioEnvironment is an Environment whose gateway is configured by a real
+// istiod and observable through the data plane's xDS (the local one: the
+// xDS stand-in of test/gateway).
+type IstioEnvironment interface {
+	Istio() IstioControls
+}
+
+// IstioControls observe the gateway's xDS and break what sits behind it.
+type IstioControls interface {
+	// GatewayHost is the host of the Gateway's server.
+	GatewayHost() string
+	// GatewayRoute is the cluster the gateway's accepted xDS routes host
+	// and path to ("" when none).
+	GatewayRoute(host, path string) string
+	// GatewayChanged is closed at the gateway's next accepted xDS update.
+	GatewayChanged() <-chan struct{}
+	// GatewayVersions are the xDS versions the gateway accepted, by type.
+	GatewayVersions() map[string]string
+	// SetExtAuthzUp stops ext-authz or starts it again (and waits until it
+	// is ready).
+	SetExtAuthzUp(ctx context.Context, up bool) error
+}

@@ -201,3 +201,18 @@ func portOf(hostport string) string {
 	}
 	return port
 }
+
+// Istio is the local environment's IstioControls.
+func (e *localEnvironment) Istio() IstioControls { return localIstio{e.sys} }
+
+type localIstio struct{ sys *localenv.System }
+
+func (i localIstio) GatewayHost() string { return localenv.GatewayHost }
+func (i localIstio) GatewayRoute(host, path string) string {
+	return i.sys.Gateway().Route(host, path)
+}
+func (i localIstio) GatewayChanged() <-chan struct{}    { return i.sys.Gateway().Changed() }
+func (i localIstio) GatewayVersions() map[string]string { return i.sys.Gateway().Versions() }
+func (i localIstio) SetExtAuthzUp(ctx context.Context, up bool) error {
+	return i.sys.SetExtAuthzUp(ctx, up)
+}

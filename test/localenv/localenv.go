@@ -2,13 +2,16 @@
 // without containers (docs/architecture.md §1, "Local"): a KCP and an SKR API
 // server (real kube-apiserver and etcd), the project's binaries as real
 // processes — ext-authz, vs-controller, skr-webhook, the example operator,
-// module-sync and the example module manager —, cert-manager's own
-// controllers (in-process, test/cmcontrollers) with kube-controller-manager's
-// garbage collector and namespace controller, and the stand-ins for what
+// module-sync and the example module manager —, the real Istio control
+// plane (istiod, istiod.go: it reads the manifests' Gateway,
+// AuthorizationPolicy and mesh config from the KCP API server), cert-manager's
+// own controllers (in-process, test/cmcontrollers) with kube-controller-manager's
+// garbage collector and namespace controller, and the stand-in for what
 // cannot run here:
 //
-//   - the Istio ingress gateway (Envoy): test/gateway terminates mTLS, sets
-//     XFCC, calls ext-authz and routes by the VirtualServices;
+//   - the Istio ingress gateway's data plane (Envoy): test/gateway is an
+//     xDS client of istiod and does what its listeners, routes and clusters
+//     say (mTLS, XFCC, ext_authz, routing);
 //   - the kubelet's Secret volume: the SKR's skr-webhook-tls Secret is
 //     mirrored into the files the skr-webhook reads, as a mounted Secret
 //     would be.
@@ -26,19 +29,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	istioapinetworking "istio.io/api/networking/v1"
-	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -113,6 +114,9 @@ type System struct {
 	Events <-chan ReceivedEvent
 	// ModuleSyncMetricsURL is module-sync's /metrics.
 	ModuleSyncMetricsURL string
+	// Istiod is the Istio control plane the gateway gets its configuration
+	// from (istiod.go).
+	Istiod *Istiod
 
 	opts        Options
 	runCtx      context.Context // lives until Stop
@@ -123,7 +127,7 @@ type System struct {
 	gwMu        sync.Mutex
 	gwStop      context.CancelFunc
 	gw          *gateway.Gateway
-	gwCreds     *gateway.SecretCredentials
+	gwDone      <-chan struct{}
 	certDir     string
 
 	// delivery.go: the skr-webhook's process and how to start it again,
@@ -144,6 +148,9 @@ type System struct {
 	vsArgs   []string
 	vsHealth string
 	vsStarts int
+
+	// extauthz.go: ext-authz's process and how to start it again.
+	authz extAuthzProcess
 
 	// ports.go: the loopback ports chosen for the binaries, locked until Stop.
 	ports portReservation
@@ -223,6 +230,10 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	if err != nil {
 		return s, err
 	}
+	istioPorts, err := s.ports.reserve(3) // istiod: xDS, HTTP, metrics
+	if err != nil {
+		return s, err
+	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	authzGRPC, authzHealth := addr(0), addr(1)
 	opListen, opHealth := addr(2), addr(3)
@@ -235,13 +246,10 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
 	// Every binary is configured by flags only (--kubeconfig for the KCP).
-	p, err := s.start("ext-authz", binaries["ext-authz"], nil, nil,
+	s.authz = extAuthzProcess{binary: binaries["ext-authz"], health: authzHealth, args: []string{
 		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-probe-bind-address", authzHealth,
-		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace)
-	if err != nil {
-		return s, err
-	}
-	if err := p.waitReady(ctx, "http://"+authzHealth+"/readyz", time.Minute); err != nil {
+		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace}}
+	if err := s.SetExtAuthzUp(ctx, true); err != nil {
 		return s, err
 	}
 	s.step("ext-authz ready (gRPC %s, metrics http://%s/metrics)", authzGRPC, authzMetrics)
@@ -291,13 +299,15 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 
-	if err := s.startGateway(runCtx, authzGRPC, map[string]string{
-		fmt.Sprintf("%s.%s.svc.cluster.local:%d", OperatorService, KymaNamespace, OperatorPort):     opListen,
-		fmt.Sprintf("%s.%s.svc.cluster.local:%d", ModuleSyncService, KymaNamespace, ModuleSyncPort): msListen,
-	}); err != nil {
+	if err := s.startGateway(ctx, runCtx, []LocalService{
+		{Name: ExtAuthzService, Namespace: KymaNamespace, Port: ExtAuthzPort, Protocol: "GRPC", Addr: authzGRPC},
+		{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort, Protocol: "HTTP", Addr: opListen},
+		{Name: ModuleSyncService, Namespace: KymaNamespace, Port: ModuleSyncPort, Protocol: "HTTP", Addr: msListen},
+		{Name: GatewayService, Namespace: GatewayNamespace, Port: 443, Protocol: "HTTPS", Addr: net.JoinHostPort(GatewayProxyIP, strconv.Itoa(s.gatewayPort)), Labels: GatewayLabels},
+	}, istioPorts); err != nil {
 		return s, err
 	}
-	s.step("gateway stand-in (Istio ingress, mTLS + ext_authz) on %s", s.GatewayAddr)
+	s.step("gateway stand-in (Envoy's part of the Istio ingress gateway: xDS from istiod) on %s", s.GatewayAddr)
 
 	s.vsBinary, s.vsHealth = binaries["vs-controller"], vsHealth
 	s.vsArgs = []string{
@@ -328,17 +338,16 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	if err := s.applySamples(ctx); err != nil {
 		return s, err
 	}
-	s.step("created Gateway %s/%s, Watcher %s/%s, Kyma %s/%s (skr-domain %s) and its kubeconfig Secret",
-		GatewayNamespace, GatewayName, KymaNamespace, WatcherName, KymaNamespace, RuntimeID, SKRDomain)
+	s.step("created Watcher %s/%s, Kyma %s/%s (skr-domain %s) and its kubeconfig Secret",
+		KymaNamespace, WatcherName, KymaNamespace, RuntimeID, SKRDomain)
 
 	if err := s.mirrorWebhookSecret(ctx, runCtx); err != nil {
 		return s, err
 	}
 	s.step("vs-controller obtained the runtime certificate and applied the webhook bundle to the SKR")
-	if err := poll(ctx, 100*time.Millisecond, func(context.Context) (bool, error) {
-		_, _, err := s.gwCreds.Get()
-		return err == nil, nil
-	}); err != nil {
+	credCtx, credCancel := context.WithTimeout(ctx, time.Minute)
+	defer credCancel()
+	if err := s.gw.WaitServing(credCtx); err != nil {
 		return s, fmt.Errorf("gateway credentials from %s/%s and its -cacert: %w", GatewayNamespace, GatewayTLSSecret, err)
 	}
 	s.step("gateway stand-in serves with %s/%s and the client CA bundle vs-controller wrote", GatewayNamespace, GatewayTLSSecret)
@@ -404,63 +413,81 @@ func readEvents(r io.Reader, out chan<- ReceivedEvent) error {
 	return sc.Err()
 }
 
-// startGateway serves the gateway stand-in on the fixed gateway port.
-func (s *System) startGateway(ctx context.Context, authzAddr string, upstreams map[string]string) error {
-	// As Istio does for credentialName kcp-gateway-tls: the key pair from
-	// that Secret, the client CA bundle from kcp-gateway-tls-cacert, both
-	// reloaded when they change.
-	s.gwCreds = &gateway.SecretCredentials{Reader: s.KCP.Client,
-		Server:   client.ObjectKey{Namespace: GatewayNamespace, Name: GatewayTLSSecret},
-		ClientCA: client.ObjectKey{Namespace: GatewayNamespace, Name: GatewayTLSSecret + "-cacert"}}
-	s.goRun(func() error { return s.gwCreds.Run(ctx) })
-	vsCache, err := cache.New(s.KCP.Config, cache.Options{Scheme: testenv.Scheme()})
-	if err != nil {
+// startGateway registers the services istiod routes to (ServiceEntries
+// with local endpoints), applies the Gateway and AuthorizationPolicy of
+// the manifests, starts istiod and connects the gateway stand-in to it as
+// the ingress gateway's data plane.
+func (s *System) startGateway(ctx, runCtx context.Context, services []LocalService, istioPorts []int) error {
+	if err := applyIstioConfig(ctx, s.KCP.Client, services); err != nil {
 		return err
 	}
-	if _, err := vsCache.GetInformer(ctx, &istionetworkingv1.VirtualService{}); err != nil {
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(istioPorts[i]) }
+	start := time.Now()
+	var err error
+	if s.Istiod, err = s.startIstiod(ctx, addr(0), addr(1), addr(2)); err != nil {
 		return err
 	}
-	s.goRun(func() error { return vsCache.Start(ctx) })
-	if !vsCache.WaitForCacheSync(ctx) {
-		return errors.New("gateway stand-in: VirtualService cache did not sync")
-	}
+	s.step("istiod %s ready in %s (xDS %s, debug %s, metrics %s)", s.istioVersion(), time.Since(start).Round(time.Millisecond), s.Istiod.XDSAddr, s.Istiod.DebugURL, s.Istiod.MetricsURL)
 	s.gw, err = gateway.New(gateway.Config{
-		Credentials: s.gwCreds.Get, AuthzAddr: authzAddr, AuthzTimeout: time.Second,
-		Gateway: GatewayNamespace + "/" + GatewayName, VirtualServices: vsCache, Upstreams: upstreams,
+		XDSAddr: s.Istiod.XDSAddr, Secrets: s.KCP.Client, ListenHost: "127.0.0.1",
+		Node: gateway.Node{Name: GatewayProxyName, Namespace: GatewayNamespace, Labels: GatewayLabels, IP: GatewayProxyIP,
+			ClusterID: "Kubernetes", DomainSuffix: IstioClusterDomain},
 		Log: s.opts.Log.WithName("gateway"),
 	})
 	if err != nil {
 		return err
 	}
-	s.goRun(func() error {
-		<-ctx.Done()
-		return s.gw.Close()
-	})
+	s.goRun(func() error { return s.gw.Run(runCtx) })
+	start = time.Now()
+	if err := s.waitGatewayConfig(ctx); err != nil {
+		return err
+	}
+	s.step("istiod pushed the gateway's configuration in %s (xDS versions %v)", time.Since(start).Round(time.Millisecond), s.gw.Versions())
 	return s.SetGatewayUp(true)
 }
 
-// SetGatewayUp starts or stops the gateway's listener (KCP gateway outage).
-// A started gateway serves until it is stopped or the system stops.
+// waitGatewayConfig waits until the stand-in accepted a listener on the
+// gateway's port from istiod.
+func (s *System) waitGatewayConfig(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		changed := s.gw.Changed()
+		if slices.Contains(s.gw.Ports(), uint32(s.gatewayPort)) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no gateway listener on port %d from istiod (ports %v, xDS versions %v; logs in %s): %w",
+				s.gatewayPort, s.gw.Ports(), s.gw.Versions(), filepath.Join(s.Dir, "logs"), ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// SetGatewayUp starts or stops the gateway's listeners (KCP gateway
+// outage). A started gateway serves until it is stopped or the system stops.
 func (s *System) SetGatewayUp(up bool) error {
 	s.gwMu.Lock()
 	defer s.gwMu.Unlock()
 	if !up {
 		if s.gwStop != nil {
 			s.gwStop()
-			s.gwStop = nil
+			<-s.gwDone
+			s.gwStop, s.gwDone = nil, nil
 		}
 		return nil
 	}
 	if s.gwStop != nil {
 		return nil
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.gatewayPort)))
+	gctx, stop := context.WithCancel(s.runCtx)
+	done, err := s.gw.Serve(gctx)
 	if err != nil {
+		stop()
 		return err
 	}
-	gctx, stop := context.WithCancel(s.runCtx)
-	s.gwStop = stop
-	go func() { _ = s.gw.Serve(gctx, l) }()
+	s.gwStop, s.gwDone = stop, done
 	return nil
 }
 
@@ -478,23 +505,10 @@ func (s *System) GatewayTLS(ctx context.Context, cert *tls.Certificate) (*tls.Co
 	return c, nil
 }
 
-// applySamples creates the Gateway, the Watcher, the Kyma and its kubeconfig
+// applySamples creates the Watcher, the Kyma and its kubeconfig
 // Secret in the KCP.
 func (s *System) applySamples(ctx context.Context) error {
 	c := s.KCP.Client
-	gw := &istionetworkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{
-		Name: GatewayName, Namespace: GatewayNamespace,
-		Labels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
-	}}
-	gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
-	gw.Spec.Servers = []*istioapinetworking.Server{{
-		Port:  &istioapinetworking.Port{Number: 443, Name: "https", Protocol: "HTTPS"},
-		Hosts: []string{GatewayHost},
-		Tls:   &istioapinetworking.ServerTLSSettings{Mode: istioapinetworking.ServerTLSSettings_MUTUAL, CredentialName: "kcp-gateway-tls"},
-	}}
-	if err := c.Create(ctx, gw); err != nil {
-		return err
-	}
 	if err := c.Create(ctx, SampleWatcher()); err != nil {
 		return err
 	}

@@ -1,0 +1,45 @@
+package gateway
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics count the stand-in's decisions: xDS updates accepted or refused,
+// stream (re)connections, ext_authz outcomes, request outcomes and TLS
+// connections without a filter chain.
+type metrics struct {
+	updates     *prometheus.CounterVec
+	streams     *prometheus.CounterVec
+	authz       *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	connections *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_xds_updates_total",
+			Help: "xDS responses from istiod by type (CDS, EDS, LDS, RDS) and result: ack (applied) or nack (refused: an unimplemented feature or an invalid resource)."},
+			[]string{"type", "result"}),
+		streams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_xds_streams_total",
+			Help: "ADS streams to istiod: opened, broken."}, []string{"event"}),
+		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_ext_authz_total",
+			Help: "ext_authz filter outcomes: allowed, denied, error (status_on_error answered), error_allowed (failure_mode_allow), skipped (not enabled by filter_enabled_metadata)."},
+			[]string{"result"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_requests_total",
+			Help: "Router outcomes: routed, retry, no_route, direct_response, upstream_failure, too_large, no_filter_chain, upgrade_refused (WebSocket upgrades are not implemented)."},
+			[]string{"result"}),
+		connections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_connections_refused_total",
+			Help: "TLS connections refused before a request: no_filter_chain (no chain matches the SNI)."},
+			[]string{"reason"}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.updates, m.streams, m.authz, m.requests, m.connections} {
+		errs = append(errs, r.Register(c))
+	}
+	return errors.Join(errs...)
+}
