@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -33,6 +35,8 @@ type options struct {
 	maxConns      int
 	maxStreamsAll int
 	checkTimeout  time.Duration
+	decisionLog   decisionlog.Options
+	dryRun        server.DryRun
 	zap           zap.Options
 	version       bool // print the version and exit
 
@@ -64,6 +68,10 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "longest a gRPC stream (but a health Watch) may take from its headers to its end; a Check whose client stalls or dribbles its message ends with DEADLINE_EXCEEDED (Envoy waits 200ms by default)")
+	fs.Float64Var(&o.decisionLog.AllowSampleRate, "decision-log-allow-sample-rate", decisionlog.DefaultAllowSampleRate, "fraction of allowed Checks written to the decision log, 0 to 1 (every refusal is written)")
+	fs.IntVar(&o.decisionLog.MaxLinesPerSecond, "decision-log-max-lines-per-second", decisionlog.DefaultMaxLinesPerSec, "decision log lines per second at most (refusals and sampled allows; more are dropped and counted); 0 turns the decision log off")
+	fs.BoolVar(&o.dryRun.All, "dry-run", false, "decide, log and count every Check with mode=dry-run but allow it (roll-out of SAN pinning; never in production for long)")
+	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v1/lifecycle-manager) whose Checks run in dry-run")
 	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
 
@@ -102,6 +110,17 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 || o.maxStreamsAll < 1 || o.maxStreamsAll > 4096 {
 		return nil, errors.New("--max-concurrent-streams, --max-connections and --max-total-streams must be between 1 and 4096")
+	}
+	if err := o.decisionLog.Validate(); err != nil {
+		return nil, fmt.Errorf("--decision-log-*: %w", err)
+	}
+	if *dryRunPaths != "" {
+		for _, p := range strings.Split(*dryRunPaths, ",") {
+			if p = strings.TrimSpace(p); !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#") {
+				return nil, fmt.Errorf("--dry-run-paths: %q is not a path starting with /", p)
+			}
+			o.dryRun.PathPrefixes = append(o.dryRun.PathPrefixes, p)
+		}
 	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {

@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
@@ -147,7 +148,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
+	decisions, err := decisionlog.New(o.decisionLog, log.WithName("decision"), reg)
+	if err != nil {
+		return err
+	}
+	authz := server.New(verifier, ready.Load, metrics, server.Config{Log: decisions, DryRun: o.dryRun})
 
 	streams, err := streamlimit.New(o.maxStreamsAll, reg)
 	if err != nil {
@@ -201,7 +206,8 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		log.Info("Kyma cache synced; serving")
 	}()
 	log.Info("ext-authz started", "grpcAddr", grpcLis.Addr().String(), "healthAddr", healthLis.Addr().String(),
-		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get())
+		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get(),
+		"dryRun", o.dryRun.All, "dryRunPaths", o.dryRun.PathPrefixes)
 
 	var runErr error
 	select {
