@@ -35,6 +35,7 @@ type options struct {
 	maxConns      int
 	maxStreamsAll int
 	checkTimeout  time.Duration
+	kymaLostAfter time.Duration
 	decisionLog   decisionlog.Options
 	dryRun        server.DryRun
 	zap           zap.Options
@@ -68,6 +69,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "longest a gRPC stream (but a health Watch) may take from its headers to its end; a Check whose client stalls or dribbles its message ends with DEADLINE_EXCEEDED (Envoy waits 200ms by default)")
+	fs.DurationVar(&o.kymaLostAfter, "kyma-lost-after", DefaultKymaLostAfter, "not ready (/readyz, gRPC health) while listing and watching the Kyma CRs has failed for longer than this; Checks keep answering from the cache")
 	fs.Float64Var(&o.decisionLog.AllowSampleRate, "decision-log-allow-sample-rate", decisionlog.DefaultAllowSampleRate, "fraction of allowed Checks written to the decision log, 0 to 1 (every refusal is written)")
 	fs.IntVar(&o.decisionLog.MaxLinesPerSecond, "decision-log-max-lines-per-second", decisionlog.DefaultMaxLinesPerSec, "decision log lines per second at most (refusals and sampled allows; more are dropped and counted); 0 turns the decision log off")
 	fs.BoolVar(&o.dryRun.All, "dry-run", false, "decide, log and count every Check with mode=dry-run but allow it (roll-out of SAN pinning; never in production for long)")
@@ -104,6 +106,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if o.checkTimeout < 10*time.Millisecond || o.checkTimeout > 5*time.Minute {
 		return nil, fmt.Errorf("--check-timeout %s: want 10ms to 5m", o.checkTimeout)
+	}
+	if o.kymaLostAfter <= 0 || o.kymaLostAfter > time.Hour {
+		return nil, fmt.Errorf("--kyma-lost-after %s: want more than 0 and at most 1h", o.kymaLostAfter)
 	}
 	if o.caInterval <= 0 || o.caInterval > time.Hour {
 		return nil, fmt.Errorf("--ca-reload-interval %s: want more than 0 and at most 1h", o.caInterval)

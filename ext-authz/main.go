@@ -166,11 +166,27 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 
+	rd := readiness{kymas: kymas, lostAfter: o.kymaLostAfter, now: time.Now}
+	if caWatcher != nil {
+		rd.bundle = caWatcher.Current
+	}
+	// Ready: the rule of readiness, and not shutting down (ready is false
+	// then; Checks read ready alone: once synced they answer from the
+	// cache, also while the API server is away).
+	readyErr := func() error {
+		if err := rd.check(); err != nil {
+			return err
+		}
+		if !ready.Load() {
+			return errors.New("shutting down")
+		}
+		return nil
+	}
 	healthMux := http.NewServeMux()
 	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "runtime cache not synced", http.StatusServiceUnavailable)
+		if err := readyErr(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
@@ -200,10 +216,32 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		case <-kymas.Synced():
 		}
 		ready.Store(true)
-		for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
-			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-		}
 		log.Info("Kyma cache synced; serving")
+		// The gRPC health status follows /readyz.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		var was error = errors.New("not serving yet")
+		for {
+			err := readyErr()
+			if (err == nil) != (was == nil) {
+				status := healthpb.HealthCheckResponse_SERVING
+				if err != nil {
+					status = healthpb.HealthCheckResponse_NOT_SERVING
+					log.Info("not ready", "reason", err.Error())
+				} else if was != nil {
+					log.Info("ready")
+				}
+				for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
+					healthSrv.SetServingStatus(svc, status)
+				}
+			}
+			was = err
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
 	}()
 	log.Info("ext-authz started", "grpcAddr", grpcLis.Addr().String(), "healthAddr", healthLis.Addr().String(),
 		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get(),
