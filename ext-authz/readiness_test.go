@@ -14,7 +14,7 @@ type fakeKymas struct {
 	failing time.Time
 }
 
-func (f *fakeKymas) Synced() <-chan struct{}  { return f.synced }
+func (f *fakeKymas) Synced() <-chan struct{} { return f.synced }
 func (f *fakeKymas) FailingSince() time.Time { return f.failing }
 
 // TestReadiness covers each rule: not ready before the Kyma store synced,
