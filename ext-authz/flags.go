@@ -17,6 +17,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -38,6 +39,7 @@ type options struct {
 	kymaLostAfter time.Duration
 	decisionLog   decisionlog.Options
 	dryRun        server.DryRun
+	otlpEndpoint  string
 	zap           zap.Options
 	version       bool // print the version and exit
 
@@ -74,6 +76,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.decisionLog.MaxLinesPerSecond, "decision-log-max-lines-per-second", decisionlog.DefaultMaxLinesPerSec, "decision log lines per second at most (refusals and sampled allows; more are dropped and counted); 0 turns the decision log off")
 	fs.BoolVar(&o.dryRun.All, "dry-run", false, "decide, log and count every Check with mode=dry-run but allow it (roll-out of SAN pinning; never in production for long)")
 	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v1/lifecycle-manager) whose Checks run in dry-run")
+	fs.StringVar(&o.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for Check spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing")
 	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
 
@@ -126,6 +129,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 			}
 			o.dryRun.PathPrefixes = append(o.dryRun.PathPrefixes, p)
 		}
+	}
+	if err := tracing.ValidateEndpoint(o.otlpEndpoint); err != nil {
+		return nil, fmt.Errorf("--otlp-traces-endpoint: %w", err)
 	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {

@@ -54,6 +54,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/memlimit"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -152,7 +153,21 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	authz := server.New(verifier, ready.Load, metrics, server.Config{Log: decisions, DryRun: o.dryRun})
+	authzCfg := server.Config{Log: decisions, DryRun: o.dryRun}
+	tp, err := tracing.Setup(ctx, tracing.Options{Endpoint: o.otlpEndpoint, Service: "ext-authz", Getenv: os.Getenv})
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		authzCfg.Tracer = tp.Tracer("github.com/seed-c8be168e/runtime-watcher/ext-authz")
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+			defer scancel()
+			_ = tp.Shutdown(sctx) // flushes the spans
+		}()
+		log.Info("tracing on: Check spans exported over OTLP")
+	}
+	authz := server.New(verifier, ready.Load, metrics, authzCfg)
 
 	streams, err := streamlimit.New(o.maxStreamsAll, reg)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -214,5 +216,37 @@ func TestDecisionLogAllowAllocations(t *testing.T) {
 	off, on := allocs(server.Config{}), allocs(server.Config{Log: l, DryRun: server.DryRun{PathPrefixes: []string{"/v1/other"}}})
 	if on != off {
 		t.Errorf("allow with the decision log on (not sampled) and a dry-run path: %v allocations, log off: %v", on, off)
+	}
+}
+
+// TestCheckSpan: with a tracer, a Check is a span in the trace of the
+// request's W3C traceparent, carrying the decision.
+func TestCheckSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	f := startWith(t, func(*prometheus.Registry) server.Config {
+		return server.Config{Tracer: tp.Tracer("test"), DryRun: server.DryRun{PathPrefixes: []string{"/dry"}}}
+	})
+	req := envoyRequest(t, "example_allowed_request.json", map[string]string{contract.HeaderXFCC: xfccOf(f.other),
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	req.Attributes.Request.Http.Path = "/dry/event"
+	if _, err := f.client.Check(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	s := spans[0]
+	if s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Parent().SpanID().String() != "00f067aa0ba902b7" || !s.Parent().IsRemote() {
+		t.Errorf("span %v with parent %v: not in the request's trace", s.SpanContext(), s.Parent())
+	}
+	attrs := map[string]string{}
+	for _, a := range s.Attributes() {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	if attrs["runtime_watcher.result"] != "deny" || attrs["runtime_watcher.reason"] != string(contract.ReasonSANMismatch) ||
+		attrs["runtime_watcher.runtime"] != "runtime-1" || attrs["runtime_watcher.mode"] != "dry-run" {
+		t.Errorf("span attributes %v", attrs)
 	}
 }

@@ -32,7 +32,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -40,6 +39,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
 
 // Verifier does SAN pinning; *pinning.Verifier (identity.Verifier) implements it.
@@ -165,7 +165,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	httpReq := req.GetAttributes().GetRequest().GetHttp()
 	var span trace.Span
 	if s.cfg.Tracer != nil {
-		ctx, span = s.cfg.Tracer.Start(traceContext.Extract(ctx, checkCarrier{httpReq}), "ext-authz Check", trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span = s.cfg.Tracer.Start(tracing.Propagator.Extract(ctx, checkCarrier{httpReq}), "ext-authz Check", trace.WithSpanKind(trace.SpanKindServer))
 	}
 	d := s.decide(ctx, req, httpReq)
 	mode, dry := ModeEnforce, s.cfg.DryRun.Match(httpReq.GetPath())
@@ -208,7 +208,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		if s.cfg.Log.Enabled() {
 			sc := trace.SpanContextFromContext(ctx)
 			if span == nil {
-				sc = trace.SpanContextFromContext(traceContext.Extract(ctx, checkCarrier{httpReq}))
+				sc = trace.SpanContextFromContext(tracing.Propagator.Extract(ctx, checkCarrier{httpReq}))
 			}
 			if sc.HasTraceID() {
 				e.TraceID = sc.TraceID().String()
@@ -219,10 +219,8 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	return resp, nil
 }
 
-// traceContext reads the W3C traceparent (and tracestate) of a request.
-var traceContext propagation.TraceContext
-
-// checkCarrier reads the request headers of a CheckRequest for traceContext.
+// checkCarrier reads the request headers of a CheckRequest for the W3C
+// trace context propagator.
 type checkCarrier struct {
 	r *authv3.AttributeContext_HttpRequest
 }
