@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -41,6 +42,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/memlimit"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -88,6 +90,7 @@ type app struct {
 	dispatcher   *delivery.Dispatcher
 	handler      *admission.Handler
 	registry     *prometheus.Registry // the webhook's own metrics (/metrics adds controller-runtime's)
+	tracer       *sdktrace.TracerProvider
 
 	webhook, metrics, health       *http.Server
 	webhookLn, metricsLn, healthLn net.Listener
@@ -111,7 +114,7 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 		a.clientCerts.WithWatchInterval(cfg.certPollInterval)
 	}
 	a.client, err = delivery.NewClient(delivery.ClientConfig{
-		CAFile: cfg.caFile, Certs: a.clientCerts, Timeout: cfg.requestTimeout, MaxConns: cfg.workers,
+		CAFile: cfg.caFile, Certs: a.clientCerts, Timeout: cfg.requestTimeout, MaxConns: cfg.workers, MinTLSVersion: cfg.minTLSVersion,
 	}, log.WithName("kcp-client"))
 	if err != nil {
 		return nil, fmt.Errorf("--ca-file %s: %w", cfg.caFile, err)
@@ -130,6 +133,13 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kcp-addr: %w", err)
 	}
+	// Always a provider: every event carries a traceparent, exported or not.
+	if a.tracer, err = tracing.Setup(context.Background(), tracing.Options{
+		Endpoint: cfg.otlpEndpoint, Service: "skr-webhook", Always: true, Getenv: os.Getenv,
+	}); err != nil {
+		return nil, err
+	}
+	sender.WithTracer(a.tracer.Tracer("github.com/seed-c8be168e/runtime-watcher/skr-webhook"))
 
 	reg := prometheus.NewRegistry()
 	a.registry = reg
@@ -282,6 +292,7 @@ func (a *app) run(ctx context.Context) error {
 	defer cancelClose()
 	_ = a.health.Shutdown(closeCtx)
 	_ = a.metrics.Shutdown(closeCtx)
+	_ = a.tracer.Shutdown(closeCtx) // flushes the send spans
 	stopWatching()
 	wg.Wait()
 	return runErr
