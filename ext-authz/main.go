@@ -51,6 +51,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
+	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/memlimit"
@@ -119,7 +120,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fipsmode.Collector("ext_authz"))
 	if err := registerClientMetrics(reg); err != nil {
 		return err
 	}
