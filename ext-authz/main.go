@@ -120,7 +120,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fipsmode.Collector("ext_authz"))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fipsmode.Collector("runtime_watcher_ext_authz_fips140_enabled"))
 	if err := registerClientMetrics(reg); err != nil {
 		return err
 	}

@@ -16,13 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collector is the gauge runtime_watcher_<component>_fips140_enabled: 1
+// Collector is the gauge name (runtime_watcher_<component>_fips140_enabled,
+// written out by the caller so that the name can be found in the code): 1
 // when Go's FIPS 140-3 module is on, else 0.
-func Collector(component string) prometheus.Collector {
+func Collector(name string) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "runtime_watcher",
-		Subsystem: component,
-		Name:      "fips140_enabled",
+		Name: name,
 		Help:      "1 when Go's FIPS 140-3 cryptographic module is on (GODEBUG fips140=on or only), else 0.",
 	}, func() float64 {
 		if fips140.Enabled() {

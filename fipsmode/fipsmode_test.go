@@ -11,7 +11,7 @@ import (
 // The test binary runs without the directive; the binaries' FIPS mode is
 // tested by test/fips, which starts them.
 func TestCollector(t *testing.T) {
-	got, err := promtext.Collected(fipsmode.Collector("ext_authz"))
+	got, err := promtext.Collected(fipsmode.Collector("runtime_watcher_ext_authz_fips140_enabled"))
 	if err != nil {
 		t.Fatal(err)
 	}
