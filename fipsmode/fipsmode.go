@@ -22,7 +22,7 @@ import (
 func Collector(name string) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: name,
-		Help:      "1 when Go's FIPS 140-3 cryptographic module is on (GODEBUG fips140=on or only), else 0.",
+		Help: "1 when Go's FIPS 140-3 cryptographic module is on (GODEBUG fips140=on or only), else 0.",
 	}, func() float64 {
 		if fips140.Enabled() {
 			return 1
