@@ -75,7 +75,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.Float64Var(&o.decisionLog.AllowSampleRate, "decision-log-allow-sample-rate", decisionlog.DefaultAllowSampleRate, "fraction of allowed Checks written to the decision log, 0 to 1 (every refusal is written)")
 	fs.IntVar(&o.decisionLog.MaxLinesPerSecond, "decision-log-max-lines-per-second", decisionlog.DefaultMaxLinesPerSec, "decision log lines per second at most (refusals and sampled allows; more are dropped and counted); 0 turns the decision log off")
 	fs.BoolVar(&o.dryRun.All, "dry-run", false, "decide, log and count every Check with mode=dry-run but allow it (roll-out of SAN pinning; never in production for long)")
-	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v1/lifecycle-manager) whose Checks run in dry-run")
+	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v2/lifecycle-manager) whose Checks run in dry-run")
 	fs.StringVar(&o.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for Check spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing")
 	showVersion := version.BindFlag(fs)
 	o.zap.BindFlags(fs)
