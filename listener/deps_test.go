@@ -40,6 +40,9 @@ func TestDependencies(t *testing.T) {
 		module + "/identity/pinning": true,
 		// --version of the example operator: standard library only.
 		module + "/version": true,
+		// The example operator's FIPS 140-3 metric: Prometheus and
+		// crypto/fips140 only.
+		module + "/fipsmode": true,
 	}
 	deps := strings.Fields(string(out))
 	if len(deps) < 50 {
