@@ -13,8 +13,6 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/onsi/gomega"
-	istioapinetworking "istio.io/api/networking/v1"
-	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -81,15 +79,7 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 	defer func() { _ = up.Close() }()
 
 	// The gateway stand-in, recording the TLS of each handshake.
-	vs := &istionetworkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "watcher", Namespace: "kcp-system"}}
-	vs.Spec.Gateways = []string{"istio-system/kcp-gateway"}
-	vs.Spec.Hosts = []string{"localhost"}
-	vs.Spec.Http = []*istioapinetworking.HTTPRoute{{
-		Match: []*istioapinetworking.HTTPMatchRequest{{Uri: &istioapinetworking.StringMatch{
-			MatchType: &istioapinetworking.StringMatch_Prefix{Prefix: contract.EventPath("lifecycle-manager")}}}},
-		Route: []*istioapinetworking.HTTPRouteDestination{{Destination: &istioapinetworking.Destination{
-			Host: "listener.kcp-system.svc.cluster.local", Port: &istioapinetworking.PortSelector{Number: 8082}}}},
-	}}
+	vs := gateway.EventRoute("istio-system/kcp-gateway", "localhost", "lifecycle-manager", "listener.kcp-system.svc.cluster.local", 8082)
 	gwTLS, err := gwLeaf.TLS()
 	must(t, err)
 	gw, err := gateway.New(gateway.Config{

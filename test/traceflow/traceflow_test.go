@@ -18,9 +18,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	istioapinetworking "istio.io/api/networking/v1"
-	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -92,15 +89,7 @@ func TestOneWriteToOperator(t *testing.T) {
 	go func() { _ = lis.Start(ctx) }()
 
 	// The gateway stand-in routing the manager's path to the listener.
-	vs := &istionetworkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "watcher", Namespace: "kcp-system"}}
-	vs.Spec.Gateways = []string{"istio-system/kcp-gateway"}
-	vs.Spec.Hosts = []string{"localhost"}
-	vs.Spec.Http = []*istioapinetworking.HTTPRoute{{
-		Match: []*istioapinetworking.HTTPMatchRequest{{Uri: &istioapinetworking.StringMatch{
-			MatchType: &istioapinetworking.StringMatch_Prefix{Prefix: contract.EventPath("lifecycle-manager")}}}},
-		Route: []*istioapinetworking.HTTPRouteDestination{{Destination: &istioapinetworking.Destination{
-			Host: "listener.kcp-system.svc.cluster.local", Port: &istioapinetworking.PortSelector{Number: 8082}}}},
-	}}
+	vs := gateway.EventRoute("istio-system/kcp-gateway", "localhost", "lifecycle-manager", "listener.kcp-system.svc.cluster.local", 8082)
 	gwTLS, err := gwLeaf.TLS()
 	must(t, err)
 	gw, err := gateway.New(gateway.Config{
