@@ -231,27 +231,32 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 			return
 		case <-kymas.Synced():
 		}
-		ready.Store(true)
-		log.Info("Kyma cache synced; serving")
-		// The gRPC health status follows /readyz.
+		// The gRPC health status follows readiness's rule, re-evaluated every
+		// second; it is set before ready turns true, so that /readyz never
+		// says ready while gRPC health still says NOT_SERVING. Shutdown
+		// (healthSrv.Shutdown) overrides it.
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		var was error = errors.New("not serving yet")
-		for {
-			err := readyErr()
+		for first := true; ; first = false {
+			err := rd.check()
 			if (err == nil) != (was == nil) {
 				status := healthpb.HealthCheckResponse_SERVING
 				if err != nil {
 					status = healthpb.HealthCheckResponse_NOT_SERVING
 					log.Info("not ready", "reason", err.Error())
-				} else if was != nil {
-					log.Info("ready")
+				} else if !first {
+					log.Info("ready again")
 				}
 				for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
 					healthSrv.SetServingStatus(svc, status)
 				}
 			}
 			was = err
+			if first {
+				ready.Store(true)
+				log.Info("Kyma cache synced; serving")
+			}
 			select {
 			case <-ctx.Done():
 				return
