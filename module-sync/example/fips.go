@@ -10,4 +10,6 @@ import (
 
 // Go's FIPS 140-3 module is on (the directive above; a GODEBUG set at run
 // time wins), and /metrics shows it (package fipsmode).
-func init() { ctrlmetrics.Registry.MustRegister(fipsmode.Collector("runtime_watcher_example_module_sync_fips140_enabled")) }
+func init() {
+	ctrlmetrics.Registry.MustRegister(fipsmode.Collector("runtime_watcher_example_module_sync_fips140_enabled"))
+}
