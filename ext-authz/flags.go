@@ -13,7 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
 
 // options are ext-authz's flags (flags only; no environment variables).
@@ -32,6 +35,10 @@ type options struct {
 	maxStreamsAll int
 	checkTimeout  time.Duration
 	startup.Common
+	kymaLostAfter time.Duration
+	decisionLog   decisionlog.Options
+	dryRun        server.DryRun
+	otlpEndpoint  string
 
 	caBundle *cafile.Bundle // caFile as read at start
 }
@@ -56,6 +63,12 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "longest a gRPC stream (but a health Watch) may take from its headers to its end; a Check whose client stalls or dribbles its message ends with DEADLINE_EXCEEDED (Envoy waits 200ms by default)")
+	fs.DurationVar(&o.kymaLostAfter, "kyma-lost-after", DefaultKymaLostAfter, "not ready (/readyz, gRPC health) while listing and watching the Kyma CRs has failed for longer than this; Checks keep answering from the cache")
+	fs.Float64Var(&o.decisionLog.AllowSampleRate, "decision-log-allow-sample-rate", decisionlog.DefaultAllowSampleRate, "fraction of allowed Checks written to the decision log, 0 to 1 (every refusal is written)")
+	fs.IntVar(&o.decisionLog.MaxLinesPerSecond, "decision-log-max-lines-per-second", decisionlog.DefaultMaxLinesPerSec, "decision log lines per second at most (refusals and sampled allows; more are dropped and counted); 0 turns the decision log off")
+	fs.BoolVar(&o.dryRun.All, "dry-run", false, "decide, log and count every Check with mode=dry-run but allow it (roll-out of SAN pinning; never in production for long)")
+	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v2/lifecycle-manager) whose Checks run in dry-run")
+	fs.StringVar(&o.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for Check spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing")
 
 	if err := o.Parse(fs, args); err != nil || o.Version {
 		return o, err
@@ -81,11 +94,28 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if o.checkTimeout < 10*time.Millisecond || o.checkTimeout > 5*time.Minute {
 		return nil, fmt.Errorf("--check-timeout %s: want 10ms to 5m", o.checkTimeout)
 	}
+	if o.kymaLostAfter <= 0 || o.kymaLostAfter > time.Hour {
+		return nil, fmt.Errorf("--kyma-lost-after %s: want more than 0 and at most 1h", o.kymaLostAfter)
+	}
 	if o.caInterval <= 0 || o.caInterval > time.Hour {
 		return nil, fmt.Errorf("--ca-reload-interval %s: want more than 0 and at most 1h", o.caInterval)
 	}
 	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 || o.maxStreamsAll < 1 || o.maxStreamsAll > 4096 {
 		return nil, errors.New("--max-concurrent-streams, --max-connections and --max-total-streams must be between 1 and 4096")
+	}
+	if err := o.decisionLog.Validate(); err != nil {
+		return nil, fmt.Errorf("--decision-log-*: %w", err)
+	}
+	if *dryRunPaths != "" {
+		for _, p := range strings.Split(*dryRunPaths, ",") {
+			if p = strings.TrimSpace(p); !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#") {
+				return nil, fmt.Errorf("--dry-run-paths: %q is not a path starting with /", p)
+			}
+			o.dryRun.PathPrefixes = append(o.dryRun.PathPrefixes, p)
+		}
+	}
+	if err := tracing.ValidateEndpoint(o.otlpEndpoint); err != nil {
+		return nil, fmt.Errorf("--otlp-traces-endpoint: %w", err)
 	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -42,12 +43,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
+	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -85,7 +89,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fipsmode.Collector("runtime_watcher_ext_authz_fips140_enabled"))
 	if err := registerClientMetrics(reg); err != nil {
 		return err
 	}
@@ -115,7 +119,25 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	authz := server.New(verifier, ready.Load, metrics, log.WithName("check"))
+	decisions, err := decisionlog.New(o.decisionLog, log.WithName("decision"), reg)
+	if err != nil {
+		return err
+	}
+	authzCfg := server.Config{Log: decisions, DryRun: o.dryRun}
+	tp, err := tracing.Setup(ctx, tracing.Options{Endpoint: o.otlpEndpoint, Service: "ext-authz", Getenv: os.Getenv})
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		authzCfg.Tracer = tp.Tracer("github.com/seed-c8be168e/runtime-watcher/ext-authz")
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+			defer scancel()
+			_ = tp.Shutdown(sctx) // flushes the spans
+		}()
+		log.Info("tracing on: Check spans exported over OTLP")
+	}
+	authz := server.New(verifier, ready.Load, metrics, authzCfg)
 
 	streams, err := streamlimit.New(o.maxStreamsAll, reg)
 	if err != nil {
@@ -129,11 +151,27 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 
+	rd := readiness{kymas: kymas, lostAfter: o.kymaLostAfter, now: time.Now}
+	if caWatcher != nil {
+		rd.bundle = caWatcher.Current
+	}
+	// Ready: the rule of readiness, and not shutting down (ready is false
+	// then; Checks read ready alone: once synced they answer from the
+	// cache, also while the API server is away).
+	readyErr := func() error {
+		if err := rd.check(); err != nil {
+			return err
+		}
+		if !ready.Load() {
+			return errors.New("shutting down")
+		}
+		return nil
+	}
 	healthMux := http.NewServeMux()
 	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "runtime cache not synced", http.StatusServiceUnavailable)
+		if err := readyErr(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
@@ -162,14 +200,42 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 			return
 		case <-kymas.Synced():
 		}
-		ready.Store(true)
-		for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
-			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+		// The gRPC health status follows readiness's rule, re-evaluated every
+		// second; it is set before ready turns true, so that /readyz never
+		// says ready while gRPC health still says NOT_SERVING. Shutdown
+		// (healthSrv.Shutdown) overrides it.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		var was error = errors.New("not serving yet")
+		for first := true; ; first = false {
+			err := rd.check()
+			if (err == nil) != (was == nil) {
+				status := healthpb.HealthCheckResponse_SERVING
+				if err != nil {
+					status = healthpb.HealthCheckResponse_NOT_SERVING
+					log.Info("not ready", "reason", err.Error())
+				} else if !first {
+					log.Info("ready again")
+				}
+				for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
+					healthSrv.SetServingStatus(svc, status)
+				}
+			}
+			was = err
+			if first {
+				ready.Store(true)
+				log.Info("Kyma cache synced; serving")
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
-		log.Info("Kyma cache synced; serving")
 	}()
 	log.Info("ext-authz started", "grpcAddr", grpcLis.Addr().String(), "healthAddr", healthLis.Addr().String(),
-		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get())
+		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get(),
+		"dryRun", o.dryRun.All, "dryRunPaths", o.dryRun.PathPrefixes)
 
 	var runErr error
 	select {

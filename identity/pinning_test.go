@@ -2,6 +2,8 @@ package identity_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -57,6 +59,20 @@ type certs struct {
 	twoCNs                                              *pki.Leaf
 	expired, notYet, sans150, sans101Mixed, sans100     *pki.Leaf
 	unknown, noDomain, emptyDomain, otherCASigned, twin *pki.Leaf
+}
+
+// certOf decodes the one certificate of an XFCC header.
+func certOf(t *testing.T, header string) *x509.Certificate {
+	t.Helper()
+	elems, err := xfcc.Parse(header)
+	if err != nil || len(elems) != 1 {
+		t.Fatalf("XFCC %q: %d elements, %v", header, len(elems), err)
+	}
+	c, err := xfcc.DecodeCert(elems[0].Values(xfcc.KeyCert)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func issue(t *testing.T, ca *pki.CA, o pki.LeafOptions) *pki.Leaf {
@@ -189,7 +205,10 @@ func TestVerify(t *testing.T) {
 					if err != nil {
 						t.Fatalf("round %d: want allow, got %v", round, err)
 					}
-					if id != tt.wantID {
+					if want := sha256.Sum256(certOf(t, tt.header).Raw); id.Fingerprint != want {
+						t.Fatalf("round %d: fingerprint %x, want the certificate's SHA-256 %x", round, id.Fingerprint, want)
+					}
+					if id.RuntimeID != tt.wantID.RuntimeID || id.SKRDomain != tt.wantID.SKRDomain {
 						t.Fatalf("round %d: identity %+v, want %+v", round, id, tt.wantID)
 					}
 					continue

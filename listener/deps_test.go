@@ -46,6 +46,9 @@ func TestDependencies(t *testing.T) {
 		// library only.
 		module + "/startup":  true,
 		module + "/memlimit": true,
+		// The example operator's FIPS 140-3 metric: Prometheus and
+		// crypto/fips140 only.
+		module + "/fipsmode": true,
 	}
 	deps := strings.Fields(string(out))
 	if len(deps) < 50 {

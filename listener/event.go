@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,11 @@ type Event struct {
 	// changes of this runtime. Watched and WatchedGVK are then empty; the
 	// operator must re-read the runtime completely.
 	Resync string
+	// SpanContext is the W3C trace context the event came with
+	// (KeyTraceParent): the sender's span, or the listener's span in its
+	// trace with WithTracerProvider. Invalid when none came; continue the
+	// trace with ContextWithEvent.
+	SpanContext trace.SpanContext
 }
 
 // IsResync reports whether obj is a resync event and its reason. On a
@@ -49,7 +55,7 @@ func IsResync(obj client.Object) (reason string, ok bool) {
 // newEventObject builds the Kyma-v2-shaped object of an accepted event. The
 // values are plain maps and strings, so the object deep-copies and
 // serializes like any unstructured object.
-func newEventObject(runtimeID string, we *contract.WatchEvent) *unstructured.Unstructured {
+func newEventObject(runtimeID string, we *contract.WatchEvent, traceparent string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		KeyWatched: map[string]any{
 			"namespace": we.Watched.Namespace,
@@ -64,6 +70,9 @@ func newEventObject(runtimeID string, we *contract.WatchEvent) *unstructured.Uns
 	}}
 	if we.Resync != "" {
 		u.Object[KeyResync] = string(we.Resync)
+	}
+	if traceparent != "" {
+		u.Object[KeyTraceParent] = traceparent
 	}
 	return u
 }
@@ -86,5 +95,8 @@ func EventFrom(obj client.Object) (ev Event, ok bool) {
 	ev.WatchedGVK.Version, _, _ = unstructured.NestedString(u.Object, KeyWatchedGVK, "version")
 	ev.WatchedGVK.Kind, _, _ = unstructured.NestedString(u.Object, KeyWatchedGVK, "kind")
 	ev.Resync, _, _ = unstructured.NestedString(u.Object, KeyResync)
+	if tp, _, _ := unstructured.NestedString(u.Object, KeyTraceParent); tp != "" {
+		ev.SpanContext = spanContextOf(tp)
+	}
 	return ev, true
 }

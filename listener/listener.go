@@ -55,6 +55,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -129,6 +130,8 @@ type config struct {
 	needLeader     bool
 	log            *logr.Logger
 	registerer     prometheus.Registerer
+
+	tracer trace.Tracer // WithTracerProvider
 
 	lastSeenLimit     int
 	lastSeenRetention time.Duration

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
 
 // config is the parsed command line.
@@ -37,6 +39,9 @@ type config struct {
 	managersFile      string
 	heartbeatInterval time.Duration
 	maxManagers       int
+
+	minTLSVersion uint16 // --min-tls-version towards the KCP gateway
+	otlpEndpoint  string
 
 	startup.Common
 }
@@ -70,10 +75,23 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
 	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync and heartbeats (managers first seen in a /validate/<manager> path too)")
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each known manager a heartbeat this often (0: off)")
+	minTLS := fs.String("min-tls-version", "1.2", "lowest TLS version offered to the KCP gateway: 1.2 or 1.3 (TLS 1.3 only)")
+	fs.StringVar(&c.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for the send spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else none (every event still carries a traceparent)")
 	fs.IntVar(&c.maxManagers, "max-managers", delivery.DefaultMaxManagers, "managers known (managers file and admission paths) at most; one beyond gets no resyncs or heartbeats (counted), its events are still delivered")
 
 	if err := c.Parse(fs, args); err != nil || c.Version {
 		return c, err
+	}
+	switch *minTLS {
+	case "1.2":
+		c.minTLSVersion = tls.VersionTLS12
+	case "1.3":
+		c.minTLSVersion = tls.VersionTLS13
+	default:
+		return nil, fmt.Errorf("--min-tls-version %q: want 1.2 or 1.3", *minTLS)
+	}
+	if err := tracing.ValidateEndpoint(c.otlpEndpoint); err != nil {
+		return nil, fmt.Errorf("--otlp-traces-endpoint: %w", err)
 	}
 	clientDefaulted := c.clientCertFile == "" && c.clientKeyFile == ""
 	if clientDefaulted {

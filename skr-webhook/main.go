@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -36,6 +38,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
 
@@ -60,6 +63,7 @@ type app struct {
 	dispatcher   *delivery.Dispatcher
 	handler      *admission.Handler
 	registry     *prometheus.Registry // the webhook's own metrics (/metrics adds controller-runtime's)
+	tracer       *sdktrace.TracerProvider
 
 	webhook, metrics, health       *http.Server
 	webhookLn, metricsLn, healthLn net.Listener
@@ -83,7 +87,7 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 		a.clientCerts.WithWatchInterval(cfg.certPollInterval)
 	}
 	a.client, err = delivery.NewClient(delivery.ClientConfig{
-		CAFile: cfg.caFile, Certs: a.clientCerts, Timeout: cfg.requestTimeout, MaxConns: cfg.workers,
+		CAFile: cfg.caFile, Certs: a.clientCerts, Timeout: cfg.requestTimeout, MaxConns: cfg.workers, MinTLSVersion: cfg.minTLSVersion,
 	}, log.WithName("kcp-client"))
 	if err != nil {
 		return nil, fmt.Errorf("--ca-file %s: %w", cfg.caFile, err)
@@ -102,6 +106,13 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kcp-addr: %w", err)
 	}
+	// Always a provider: every event carries a traceparent, exported or not.
+	if a.tracer, err = tracing.Setup(context.Background(), tracing.Options{
+		Endpoint: cfg.otlpEndpoint, Service: "skr-webhook", Always: true, Getenv: os.Getenv,
+	}); err != nil {
+		return nil, err
+	}
+	sender.WithTracer(a.tracer.Tracer("github.com/seed-c8be168e/runtime-watcher/skr-webhook"))
 
 	reg := prometheus.NewRegistry()
 	a.registry = reg
@@ -254,6 +265,7 @@ func (a *app) run(ctx context.Context) error {
 	defer cancelClose()
 	_ = a.health.Shutdown(closeCtx)
 	_ = a.metrics.Shutdown(closeCtx)
+	_ = a.tracer.Shutdown(closeCtx) // flushes the send spans
 	stopWatching()
 	wg.Wait()
 	return runErr

@@ -56,6 +56,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.StringVar(&c.issuerKind, "issuer-kind", "Issuer", "kind of that issuer: Issuer (in --kyma-namespace) or ClusterIssuer")
 	fs.StringVar(&c.o.Bundle.Image, "skr-webhook-image", "", "skr-webhook image (default: the image in manifests/skr)")
 	fs.StringVar(&c.o.Bundle.KCPAddr, "kcp-gateway-host", "", "KCP gateway host the SKR webhooks post events to (their --kcp-addr; required)")
+	fs.StringVar(&c.o.Bundle.MinTLSVersion, "skr-webhook-min-tls-version", "", "the SKR webhooks' lowest TLS version towards the KCP gateway (their --min-tls-version): 1.2 or 1.3 (default: manifests/skr, 1.2)")
 	fs.StringVar(&c.o.Bundle.WebhookURL, "skr-webhook-url", "", "LOCAL/TESTING AID: base URL (e.g. https://localhost:18443) the SKR API server calls instead of the skr-webhook Service")
 	fs.StringVar(&c.ingressFrom, "skr-webhook-ingress-from", "", `who may reach the SKR webhook's admission port (its NetworkPolicy in every runtime): "" any source (the SKR API server is usually outside the pod network), "gardener" Gardener's vpn-shoot pods only (as Lifecycle Manager), or a JSON list of NetworkPolicy peers, e.g. [{"ipBlock":{"cidr":"10.250.0.0/16"}}]`)
 	fs.StringVar(&c.extraDNS, "skr-webhook-extra-dns-names", "", "LOCAL/TESTING AID: comma-separated DNS names (e.g. localhost) added to every runtime certificate")
@@ -94,6 +95,9 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	var err error
 	if o.Bundle.WebhookIngressFrom, err = bundle.ParseIngressFrom(c.ingressFrom); err != nil {
 		return nil, fmt.Errorf("--skr-webhook-ingress-from: %w", err)
+	}
+	if v := o.Bundle.MinTLSVersion; v != "" && v != "1.2" && v != "1.3" {
+		return nil, fmt.Errorf("--skr-webhook-min-tls-version %q: want 1.2 or 1.3", v)
 	}
 	if _, err := bundle.KCPPort(o.Bundle.KCPAddr); err != nil {
 		return nil, fmt.Errorf("--kcp-gateway-host: %w", err)

@@ -64,6 +64,7 @@ func TestParseConfig(t *testing.T) {
 		{Name: "issuer kind", Args: with("--issuer-kind", "Certificate"), WantErr: "--issuer-kind must be Issuer or ClusterIssuer"},
 		{Name: "ingress from", Args: with("--skr-webhook-ingress-from", "everyone"), WantErr: "--skr-webhook-ingress-from"},
 		{Name: "gateway port", Args: with("--kcp-gateway-host", "kcp:http"), WantErr: "--kcp-gateway-host"},
+		{Name: "webhook TLS version", Args: with("--skr-webhook-min-tls-version", "1.1"), WantErr: "--skr-webhook-min-tls-version"},
 		{Name: "object key", Args: with("--gateway-ca-secret", "a/b/c"), WantErr: "--gateway-ca-secret"},
 		{Name: "object key without name", Args: with("--ca-secret", "ns/"), WantErr: "--ca-secret"},
 		{Name: "migration window without rotation", Args: with("--migration-extra-ca-secret", "istio-system/klm-watcher", "--ca-secret", ""), WantErr: "--migration-extra-ca-secret needs"},

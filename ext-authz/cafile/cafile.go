@@ -113,6 +113,12 @@ func Parse(data []byte, now time.Time) (*Bundle, error) {
 	return b, nil
 }
 
+// UsableAt reports whether a CA of the bundle is still valid at t (not
+// expired; a CA not valid yet counts, as in Parse).
+func (b *Bundle) UsableAt(t time.Time) bool {
+	return b != nil && !t.After(latestNotAfter(b.CAs))
+}
+
 func latestNotAfter(cas []*x509.Certificate) time.Time {
 	var t time.Time
 	for _, c := range cas {
@@ -236,6 +242,9 @@ type Watcher struct {
 func (w *Watcher) Current() *Bundle {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.current == nil {
+		return w.Initial
+	}
 	return w.current
 }
 

@@ -218,8 +218,8 @@ var _ = Describe("ext-authz against a real API server", Ordered, func() {
 	It("counts decisions in /metrics", func() {
 		text, err := p.Metrics()
 		Expect(err).NotTo(HaveOccurred())
-		Expect(text).To(MatchRegexp(`runtime_watcher_ext_authz_decisions_total\{reason="",result="allow"\} [1-9]`))
-		Expect(text).To(MatchRegexp(`runtime_watcher_ext_authz_decisions_total\{reason="san-mismatch",result="deny"\} [1-9]`))
+		Expect(text).To(MatchRegexp(`runtime_watcher_ext_authz_decisions_total\{mode="enforce",reason="",result="allow"\} [1-9]`))
+		Expect(text).To(MatchRegexp(`runtime_watcher_ext_authz_decisions_total\{mode="enforce",reason="san-mismatch",result="deny"\} [1-9]`))
 		Expect(text).To(MatchRegexp(`runtime_watcher_ext_authz_check_duration_seconds_count [1-9]`))
 	})
 })
@@ -318,6 +318,30 @@ var _ = Describe("ext-authz --ca-file", func() {
 				return decisionOf(resp)
 			}).WithTimeout(time.Second).Should(Equal(tc.want))
 		}
+	})
+})
+
+var _ = Describe("ext-authz readiness with --ca-file", func() {
+	It("turns unready over HTTP and gRPC health once every CA of the bundle expired", func() {
+		// A CA that expires 30 s from now, after ext-authz is ready: its
+		// start-up check accepts it, readiness drops when it expires.
+		shortCA, err := pki.NewCAValid("short-ca", time.Now().Add(-time.Hour), time.Now().Add(30*time.Second))
+		Expect(err).NotTo(HaveOccurred())
+		p := startExtAuthz("--kyma-namespace="+kymaNamespace, "--ca-file="+writeFile("ca.crt", shortCA.PEM))
+		Eventually(p.Ready).WithTimeout(startTimeout).Should(BeTrue())
+		conn, err := p.Dial()
+		Expect(err).NotTo(HaveOccurred())
+		defer conn.Close()
+		health := func() healthpb.HealthCheckResponse_ServingStatus {
+			resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.auth.v3.Authorization"})
+			Expect(err).NotTo(HaveOccurred())
+			return resp.GetStatus()
+		}
+		Expect(health()).To(Equal(healthpb.HealthCheckResponse_SERVING))
+		Eventually(p.Ready).WithTimeout(60 * time.Second).WithPolling(100 * time.Millisecond).Should(BeFalse())
+		Expect(time.Now()).To(BeTemporally(">", shortCA.Cert.NotAfter), "unready before the CA expired")
+		Expect(p.Healthy()).To(BeTrue(), "still alive")
+		Eventually(health).WithTimeout(5 * time.Second).Should(Equal(healthpb.HealthCheckResponse_NOT_SERVING))
 	})
 })
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
@@ -21,13 +23,29 @@ import (
 // benchmark over gRPC with a real cache is in ext-authz/bench. "ca-file" is
 // the same with roots set as ext-authz's --ca-file sets them (SetRoots) (every
 // certificate chains to them, so after the first round each Check reads the
-// verified-chain cache).
+// verified-chain cache). Both run with the decision log off;
+// BenchmarkDecisionLog compares it on at its defaults.
 func BenchmarkCheckInProcess(b *testing.B) {
-	b.Run("no-ca-file", func(b *testing.B) { benchmarkCheckInProcess(b, false) })
-	b.Run("ca-file", func(b *testing.B) { benchmarkCheckInProcess(b, true) })
+	b.Run("no-ca-file", func(b *testing.B) { benchmarkCheckInProcess(b, false, server.Config{}) })
+	b.Run("ca-file", func(b *testing.B) { benchmarkCheckInProcess(b, true, server.Config{}) })
 }
 
-func benchmarkCheckInProcess(b *testing.B, withRoots bool) {
+// BenchmarkDecisionLog is the cost of the decision log at its defaults (1 %
+// of allows sampled, 100 lines per second, JSON lines to a discarding zap
+// core as ext-authz writes them) against the log off, on the allow path.
+func BenchmarkDecisionLog(b *testing.B) {
+	b.Run("off", func(b *testing.B) { benchmarkCheckInProcess(b, false, server.Config{}) })
+	b.Run("defaults", func(b *testing.B) {
+		l, err := decisionlog.New(decisionlog.Options{AllowSampleRate: decisionlog.DefaultAllowSampleRate, MaxLinesPerSecond: decisionlog.DefaultMaxLinesPerSec},
+			zap.New(zap.WriteTo(io.Discard)), prometheus.NewRegistry())
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchmarkCheckInProcess(b, false, server.Config{Log: l})
+	})
+}
+
+func benchmarkCheckInProcess(b *testing.B, withRoots bool, cfg server.Config) {
 	ca, err := pki.NewCA("bench-ca")
 	if err != nil {
 		b.Fatal(err)
@@ -53,7 +71,7 @@ func benchmarkCheckInProcess(b *testing.B, withRoots bool) {
 		roots.AddCert(ca.Cert)
 		v.SetRoots(roots) // as ext-authz sets (and reloads) --ca-file
 	}
-	srv := server.New(v, func() bool { return true }, m, logr.Discard())
+	srv := server.New(v, func() bool { return true }, m, cfg)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

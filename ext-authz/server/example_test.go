@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
@@ -22,7 +21,7 @@ func ExampleNew() {
 		return
 	}
 	lookup := &mapLookup{runtimes: map[string]identity.Runtime{"runtime-1": {ID: "runtime-1", SKRDomain: "skr1.example.com"}}}
-	srv := server.New(&identity.Verifier{Lookup: lookup}, ready.Load, metrics, logr.Discard())
+	srv := server.New(&identity.Verifier{Lookup: lookup}, ready.Load, metrics, server.Config{})
 
 	gs := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(gs, srv)

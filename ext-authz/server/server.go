@@ -13,8 +13,10 @@
 //     and DeniedHttpResponse 503 with reason not-ready, so Envoy answers 503
 //     and never allows.
 //
-// Every decision is counted in Prometheus and logged (denials at info,
-// failed lookups as errors, allows and not-ready answers at V(1)).
+// Every decision is counted in Prometheus (by result, reason and mode) and
+// written to the decision log (package decisionlog: every refusal, allows
+// sampled, rate-bounded). Checks selected by DryRun are decided, counted and
+// logged with mode dry-run, and allowed whatever the decision.
 package server
 
 import (
@@ -27,13 +29,17 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
 
 // Verifier does SAN pinning; *pinning.Verifier (identity.Verifier) implements it.
@@ -52,10 +58,18 @@ const (
 // version of any of them never reaches the upstream.
 const identityHeaderPrefix = "x-watcher-"
 
+// Modes of a decision (label "mode" of the metrics and field of the
+// decision log): enforce answers as decided, dry-run allows whatever was
+// decided (DryRun).
+const (
+	ModeEnforce = "enforce"
+	ModeDryRun  = "dry-run"
+)
+
 // Metrics are the Prometheus metrics of Check.
 type Metrics struct {
 	decisions *prometheus.CounterVec
-	allows    prometheus.Counter // decisions{result="allow",reason=""}, resolved once: the hot path
+	allows    [2]prometheus.Counter // decisions{result="allow",reason="",mode}, enforce and dry-run, resolved once: the hot path
 	latency   prometheus.Histogram
 }
 
@@ -66,8 +80,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "runtime_watcher",
 			Subsystem: "ext_authz",
 			Name:      "decisions_total",
-			Help:      "Check decisions by result (allow, deny, unavailable) and deny reason.",
-		}, []string{"result", "reason"}),
+			Help:      "Check decisions by result (allow, deny, unavailable), deny reason and mode (enforce, dry-run: the request was allowed whatever the result).",
+		}, []string{"result", "reason", "mode"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "runtime_watcher",
 			Subsystem: "ext_authz",
@@ -81,8 +95,44 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	m.allows = m.decisions.WithLabelValues(ResultAllow, "")
+	m.allows[0] = m.decisions.WithLabelValues(ResultAllow, "", ModeEnforce)
+	m.allows[1] = m.decisions.WithLabelValues(ResultAllow, "", ModeDryRun)
 	return m, nil
+}
+
+// DryRun selects the Checks whose decision is computed, logged and counted
+// with mode dry-run, but which are allowed whatever was decided: all of
+// them (one ext-authz per gateway in dry-run), or those whose path is one of
+// PathPrefixes or below it (a manager's event path, e.g.
+// /v1/lifecycle-manager/event; a prefix matches whole path segments only).
+type DryRun struct {
+	All          bool
+	PathPrefixes []string
+}
+
+// Match reports whether a Check of path runs in dry-run.
+func (d DryRun) Match(path string) bool {
+	if d.All {
+		return true
+	}
+	for _, p := range d.PathPrefixes {
+		if strings.HasPrefix(path, p) && (len(path) == len(p) || p[len(p)-1] == '/' || path[len(p)] == '/' || path[len(p)] == '?') {
+			return true
+		}
+	}
+	return false
+}
+
+// Config is what a Server does besides deciding.
+type Config struct {
+	// Log is the decision log (nil: no lines).
+	Log *decisionlog.Log
+	// DryRun selects the Checks that are allowed whatever was decided.
+	DryRun DryRun
+	// Tracer, when set, records a span per Check (child of the request's
+	// W3C traceparent) with the decision, reason, runtime and mode. Nil: no
+	// span and no traceparent parsing on the Check path.
+	Tracer trace.Tracer
 }
 
 // Server implements authv3.AuthorizationServer.
@@ -92,53 +142,113 @@ type Server struct {
 	verifier Verifier
 	ready    func() bool
 	metrics  *Metrics
-	log      logr.Logger
+	cfg      Config
 }
 
 // New returns a Server. ready reports whether the runtime cache has synced;
 // until it does, every Check answers 503. metrics may be nil.
-func New(v Verifier, ready func() bool, metrics *Metrics, log logr.Logger) *Server {
-	return &Server{verifier: v, ready: ready, metrics: metrics, log: log}
+func New(v Verifier, ready func() bool, metrics *Metrics, cfg Config) *Server {
+	return &Server{verifier: v, ready: ready, metrics: metrics, cfg: cfg}
+}
+
+// decision is what decide found.
+type decision struct {
+	result, reason string
+	message        string
+	id             pinning.Identity
+	err            error // a failed lookup
 }
 
 // Check decides one request.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := time.Now()
-	resp, result, reason := s.decide(ctx, req)
+	httpReq := req.GetAttributes().GetRequest().GetHttp()
+	var span trace.Span
+	if s.cfg.Tracer != nil {
+		ctx, span = s.cfg.Tracer.Start(tracing.Propagator.Extract(ctx, checkCarrier{httpReq}), "ext-authz Check", trace.WithSpanKind(trace.SpanKindServer))
+	}
+	d := s.decide(ctx, req, httpReq)
+	mode, dry := ModeEnforce, s.cfg.DryRun.Match(httpReq.GetPath())
+	if dry {
+		mode = ModeDryRun
+	}
+	var resp *authv3.CheckResponse
+	switch {
+	case d.result == ResultAllow:
+		resp = allowed(d.id, httpReq)
+	case dry:
+		resp = dryRunAllowed(httpReq)
+	case d.result == ResultDeny:
+		resp = denied(contract.DenyReason(d.reason), d.message)
+	default:
+		resp = unavailable(d.message)
+	}
+	took := time.Since(start)
 	if s.metrics != nil {
-		if result == ResultAllow {
-			s.metrics.allows.Inc()
+		if d.result == ResultAllow {
+			s.metrics.allows[b2i(dry)].Inc()
 		} else {
-			s.metrics.decisions.WithLabelValues(result, reason).Inc()
+			s.metrics.decisions.WithLabelValues(d.result, d.reason, mode).Inc()
 		}
-		s.metrics.latency.Observe(time.Since(start).Seconds())
+		s.metrics.latency.Observe(took.Seconds())
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String("runtime_watcher.result", d.result), attribute.String("runtime_watcher.reason", d.reason),
+			attribute.String("runtime_watcher.runtime", d.id.RuntimeID), attribute.String("runtime_watcher.mode", mode))
+		if d.err != nil {
+			span.SetStatus(otelcodes.Error, d.err.Error())
+		}
+		span.End()
+	}
+	if d.result != ResultAllow || s.cfg.Log.SampleAllow() {
+		e := &decisionlog.Entry{
+			Mode: mode, Result: d.result, Reason: d.reason, Runtime: d.id.RuntimeID, Fingerprint: d.id.Fingerprint,
+			Path: httpReq.GetPath(), RequestID: httpReq.GetId(), Message: d.message, Duration: took, Err: d.err,
+		}
+		if s.cfg.Log.Enabled() {
+			sc := trace.SpanContextFromContext(ctx)
+			if span == nil {
+				sc = trace.SpanContextFromContext(tracing.Propagator.Extract(ctx, checkCarrier{httpReq}))
+			}
+			if sc.HasTraceID() {
+				e.TraceID = sc.TraceID().String()
+			}
+		}
+		s.cfg.Log.Write(e)
 	}
 	return resp, nil
 }
 
-func (s *Server) decide(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, string, string) {
-	httpReq := req.GetAttributes().GetRequest().GetHttp()
+// checkCarrier reads the request headers of a CheckRequest for the W3C
+// trace context propagator.
+type checkCarrier struct {
+	r *authv3.AttributeContext_HttpRequest
+}
+
+func (c checkCarrier) Get(key string) string { v, _ := headerValue(c.r, key); return v }
+func (c checkCarrier) Set(string, string)    {}
+func (c checkCarrier) Keys() []string        { return nil }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (s *Server) decide(ctx context.Context, req *authv3.CheckRequest, httpReq *authv3.AttributeContext_HttpRequest) decision {
 	if !s.ready() {
-		if v := s.log.V(1); v.Enabled() {
-			v.Info("Check unavailable: runtime cache not synced", "reason", contract.ReasonNotReady, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
-		}
-		return unavailable("runtime cache not synced yet"), ResultUnavailable, string(contract.ReasonNotReady)
+		return decision{result: ResultUnavailable, reason: string(contract.ReasonNotReady), message: "runtime cache not synced yet"}
 	}
 	header, _ := headerValue(httpReq, contract.HeaderXFCC)
 	id, err := s.verifier.Verify(ctx, header, req.GetAttributes().GetSource().GetCertificate())
 	if err == nil {
-		if v := s.log.V(1); v.Enabled() {
-			v.Info("Check allowed", "runtime", id.RuntimeID, "skrDomain", id.SKRDomain, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
-		}
-		return allowed(id, httpReq), ResultAllow, ""
+		return decision{result: ResultAllow, id: id}
 	}
 	if d := (*pinning.Denial)(nil); errors.As(err, &d) {
-		s.log.Info("Check denied", "reason", d.Reason, "runtime", id.RuntimeID, "message", d.Message,
-			"requestID", httpReq.GetId(), "path", httpReq.GetPath())
-		return denied(d.Reason, d.Message), ResultDeny, string(d.Reason)
+		return decision{result: ResultDeny, reason: string(d.Reason), message: d.Message, id: id}
 	}
-	s.log.Error(err, "Check failed closed", "runtime", id.RuntimeID, "requestID", httpReq.GetId(), "path", httpReq.GetPath())
-	return unavailable("runtime lookup failed"), ResultUnavailable, string(contract.ReasonNotReady)
+	return decision{result: ResultUnavailable, reason: string(contract.ReasonNotReady), message: "runtime lookup failed", id: id, err: err}
 }
 
 // headerValue returns a request header by name, from the headers map
@@ -192,7 +302,7 @@ func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) *authv
 		a.list[i] = &a.options[i]
 	}
 	a.ok.Headers = a.list[:]
-	a.ok.HeadersToRemove = clientIdentityHeaders(r)
+	a.ok.HeadersToRemove = clientIdentityHeaders(r, true)
 	a.oneof.OkResponse = &a.ok
 	a.resp.Status = &a.status
 	a.resp.HttpResponse = &a.oneof
@@ -200,14 +310,15 @@ func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) *authv
 }
 
 // clientIdentityHeaders lists (lowercase) every x-watcher-* header the
-// client sent that the allow answer does not overwrite, for Envoy to remove.
-func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest) []string {
+// client sent, for Envoy to remove; but the two an allow overwrites when
+// overwritten is true.
+func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest, overwritten bool) []string {
 	var remove []string
 	add := func(k string) {
 		if len(k) < len(identityHeaderPrefix) || !strings.EqualFold(k[:len(identityHeaderPrefix)], identityHeaderPrefix) {
 			return
 		}
-		if lk := strings.ToLower(k); lk != contract.HeaderRuntimeID && lk != contract.HeaderSKRDomain {
+		if lk := strings.ToLower(k); !overwritten || lk != contract.HeaderRuntimeID && lk != contract.HeaderSKRDomain {
 			remove = append(remove, lk)
 		}
 	}
@@ -218,6 +329,16 @@ func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest) []string {
 		add(h.GetKey())
 	}
 	return remove
+}
+
+// dryRunAllowed lets a request through that enforce mode would refuse: no
+// identity headers (nothing was verified), every client-sent x-watcher-*
+// header removed.
+func dryRunAllowed(r *authv3.AttributeContext_HttpRequest) *authv3.CheckResponse {
+	return &authv3.CheckResponse{
+		Status:       &rpcstatus.Status{Code: int32(codes.OK)},
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{HeadersToRemove: clientIdentityHeaders(r, false)}},
+	}
 }
 
 func denied(reason contract.DenyReason, msg string) *authv3.CheckResponse {

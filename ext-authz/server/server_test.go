@@ -14,7 +14,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +25,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
 // mapLookup is a RuntimeLookup over fixed runtimes; the cache-backed one is
@@ -56,6 +56,12 @@ type fixture struct {
 // start serves a Server on a real loopback gRPC listener.
 func start(t *testing.T) *fixture {
 	t.Helper()
+	return startWith(t, func(*prometheus.Registry) server.Config { return server.Config{} })
+}
+
+// startWith is start with the Config cfg returns (given the registry).
+func startWith(t *testing.T, cfg func(*prometheus.Registry) server.Config) *fixture {
+	t.Helper()
 	ca, err := pki.NewCA("server-test-ca")
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +86,7 @@ func start(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(&identity.Verifier{Lookup: f.lookup}, f.ready.Load, m, logr.Discard())
+	srv := server.New(&identity.Verifier{Lookup: f.lookup}, f.ready.Load, m, cfg(f.reg))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -291,26 +297,17 @@ func assertDenied(t *testing.T, resp *authv3.CheckResponse, code codes.Code, htt
 	}
 }
 
-// counter reads the decisions counter for result and reason.
+// counter reads the decisions counter for result and reason in enforce mode.
 func counter(t *testing.T, reg *prometheus.Registry, result, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	return counterMode(t, reg, result, reason, server.ModeEnforce)
+}
+
+func counterMode(t *testing.T, reg *prometheus.Registry, result, reason, mode string) float64 {
+	t.Helper()
+	got, err := promtext.Gathered(reg, "runtime_watcher_ext_authz_decisions_total", "result", "reason", "mode")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "runtime_watcher_ext_authz_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["result"] == result && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return got[result+"/"+reason+"/"+mode]
 }

@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,6 +58,10 @@ type Store struct {
 
 	synced     chan struct{}
 	syncedOnce sync.Once
+
+	// failingSince: Unix nanoseconds of the first failed list or watch
+	// request since the last one that succeeded; 0 while they succeed.
+	failingSince atomic.Int64
 }
 
 var _ pinning.RuntimeLookup = (*Store)(nil)
@@ -67,6 +73,26 @@ func New() *Store {
 
 // Synced is closed once the initial list has been stored.
 func (s *Store) Synced() <-chan struct{} { return s.synced }
+
+// FailingSince is when listing or watching the Kyma CRs began to fail: the
+// first failed list or watch request after the last that succeeded (the
+// reflector retries with backoff meanwhile, and the store keeps what it
+// had). Zero while they succeed.
+func (s *Store) FailingSince() time.Time {
+	if ns := s.failingSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// record notes the result of a list or watch request.
+func (s *Store) record(err error) {
+	if err == nil {
+		s.failingSince.Store(0)
+		return
+	}
+	s.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+}
 
 // Len is the number of Kyma CRs stored.
 func (s *Store) Len() int {
@@ -288,8 +314,27 @@ func (s *Store) Run(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersi
 	if err != nil {
 		return err
 	}
-	r := toolscache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, s,
-		toolscache.ReflectorOptions{Name: "kymastore " + namespace, TypeDescription: "Kyma (metadata)"})
+	return s.run(ctx, lw, "kymastore "+namespace)
+}
+
+// run runs a reflector of lw into s, recording whether its requests fail
+// (FailingSince).
+func (s *Store) run(ctx context.Context, lw *toolscache.ListWatch, name string) error {
+	list, watchFunc := lw.ListWithContextFunc, lw.WatchFuncWithContext
+	recorded := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			o, err := list(ctx, opts)
+			s.record(err)
+			return o, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFunc(ctx, opts)
+			s.record(err)
+			return w, err
+		},
+	}
+	r := toolscache.NewReflectorWithOptions(recorded, &metav1.PartialObjectMetadata{}, s,
+		toolscache.ReflectorOptions{Name: name, TypeDescription: "Kyma (metadata)"})
 	r.RunWithContext(ctx)
 	return ctx.Err()
 }

@@ -36,6 +36,10 @@ type RuntimeLookup interface {
 type Identity struct {
 	RuntimeID string // certificate CN
 	SKRDomain string // the Kyma annotation value, lowercased, trailing dot removed
+	// Fingerprint is the SHA-256 of the certificate's DER once it was
+	// decoded (also on a refusal; zero before), for logs: it names the
+	// certificate without carrying it.
+	Fingerprint [sha256.Size]byte
 }
 
 // Denial is a refusal with a contract reason; it implements error.
@@ -125,11 +129,11 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 	cert, d := v.certificate(xfccHeader, sourceCertPEM)
 	if d != nil {
 		if cert != nil {
-			return Identity{RuntimeID: cert.cn}, d
+			return Identity{RuntimeID: cert.cn, Fingerprint: cert.derHash}, d
 		}
 		return Identity{}, d
 	}
-	id := Identity{RuntimeID: cert.cn}
+	id := Identity{RuntimeID: cert.cn, Fingerprint: cert.derHash}
 
 	rt, found, err := v.Lookup.LookupRuntime(ctx, id.RuntimeID)
 	if err != nil {

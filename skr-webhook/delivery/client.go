@@ -35,6 +35,9 @@ type ClientConfig struct {
 	// MaxConns bounds the connections to the KCP (HTTP/1.1 fallback). HTTP/2
 	// multiplexes everything over one.
 	MaxConns int
+	// MinTLSVersion is the lowest TLS version offered to the KCP gateway
+	// (tls.VersionTLS12 when 0; tls.VersionTLS13 for TLS 1.3 only).
+	MinTLSVersion uint16
 }
 
 // Client is the HTTP/2 mTLS client towards the KCP. All workers share one
@@ -61,6 +64,9 @@ func NewClient(cfg ClientConfig, log logr.Logger) (*Client, error) {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 16
+	}
+	if cfg.MinTLSVersion == 0 {
+		cfg.MinTLSVersion = tls.VersionTLS12
 	}
 	c := &Client{cfg: cfg, log: log}
 	if err := c.Reload(); err != nil {
@@ -124,7 +130,7 @@ func (c *Client) transport(pool *x509.CertPool) *http.Transport {
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		TLSClientConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
+			MinVersion: c.cfg.MinTLSVersion,
 			RootCAs:    pool,
 			// Asked at every handshake: always the current certificate.
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {

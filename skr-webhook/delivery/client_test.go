@@ -304,3 +304,47 @@ func TestSenderBody(t *testing.T) {
 		t.Fatalf("stub decoded %+v", got)
 	}
 }
+
+// TestClientMinTLSVersion: with MinTLSVersion 1.3 the client refuses a
+// gateway that offers TLS 1.2 at most; the default (1.2) delivers to it.
+func TestClientMinTLSVersion(t *testing.T) {
+	k := startKCP(t, kcpstub.Options{})
+	leaf, err := k.ca.Issue(pki.LeafOptions{CommonName: "tls12-gateway", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := leaf.TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs: k.ca.Pool(), MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	certs := &swappable{}
+	certs.set(t, k.client)
+	for _, tt := range []struct {
+		min  uint16
+		want Outcome
+	}{{0, Delivered}, {tls.VersionTLS12, Delivered}, {tls.VersionTLS13, Retriable}} {
+		c, err := NewClient(ClientConfig{CAFile: k.caFile, Certs: certs, Timeout: time.Second, MinTLSVersion: tt.min}, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewHTTPSender(ln.Addr().String(), c.HTTP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s.Send(context.Background(), "lifecycle-manager", watch("kyma-1"))
+		if r.Outcome != tt.want {
+			t.Errorf("MinTLSVersion %x: %+v, want %s", tt.min, r, tt.want)
+		}
+		if tt.want == Retriable && (r.Err == nil || !strings.Contains(r.Err.Error(), "protocol version")) {
+			t.Errorf("MinTLSVersion 1.3 against a TLS 1.2 gateway: error %v, want a protocol version refusal", r.Err)
+		}
+	}
+}

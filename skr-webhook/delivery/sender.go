@@ -11,7 +11,13 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
 
 // Outcome classifies one delivery attempt.
@@ -44,6 +50,15 @@ type Result struct {
 type HTTPSender struct {
 	base   url.URL
 	client func() *http.Client
+	tracer trace.Tracer
+}
+
+// WithTracer makes every attempt a client span whose W3C traceparent goes
+// with the request, so the gateway's ext-authz, the listener and the
+// operator see the event in one trace.
+func (s *HTTPSender) WithTracer(t trace.Tracer) *HTTPSender {
+	s.tracer = t
+	return s
 }
 
 // maxAnswerBytes bounds how much of an answer is read (to reuse the
@@ -94,6 +109,29 @@ func (s *HTTPSender) Send(ctx context.Context, manager string, ev contract.Watch
 		return Result{Outcome: Rejected, Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, "skr-webhook send event", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			attribute.String("runtime_watcher.manager", manager),
+			attribute.String("runtime_watcher.watched", ev.Watched.Namespace+"/"+ev.Watched.Name),
+			attribute.String("runtime_watcher.watched_kind", ev.WatchedGvk.Kind),
+			attribute.String("runtime_watcher.resync", string(ev.Resync)),
+			attribute.Bool("runtime_watcher.heartbeat", ev.Heartbeat)))
+		defer span.End()
+		req = req.WithContext(ctx)
+		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+		r := s.do(req)
+		span.SetAttributes(attribute.Int("http.response.status_code", r.Status), attribute.String("runtime_watcher.outcome", string(r.Outcome)))
+		if r.Outcome != Delivered {
+			span.SetStatus(codes.Error, errString(r.Err))
+		}
+		return r
+	}
+	return s.do(req)
+}
+
+// do sends req and classifies the answer.
+func (s *HTTPSender) do(req *http.Request) Result {
 	resp, err := s.client().Do(req)
 	if err != nil {
 		return Result{Outcome: Retriable, Err: err}

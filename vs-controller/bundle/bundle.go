@@ -46,6 +46,7 @@ const (
 
 	containerName = "skr-webhook"
 	kcpAddrFlag   = "--kcp-addr="
+	minTLSFlag    = "--min-tls-version="
 )
 
 // Secret keys, as cert-manager writes them.
@@ -64,6 +65,9 @@ type Options struct {
 	// KCPAddr is the KCP gateway host the webhook posts events to (its
 	// --kcp-addr); the placeholder in manifests/skr when empty.
 	KCPAddr string
+	// MinTLSVersion is the webhook's --min-tls-version towards the KCP
+	// gateway ("1.2" or "1.3"); the value in manifests/skr when empty.
+	MinTLSVersion string
 	// WebhookURL, when set, makes the webhooks call URL+/validate/<manager>
 	// instead of the Service. A LOCAL/testing aid for SKR API servers that
 	// cannot reach Services (the skr-webhook runs as a local process).
@@ -119,7 +123,7 @@ func Service(o Options) (*corev1.Service, error) {
 }
 
 // Deployment is manifests/skr/deployment.yaml in the bundle's namespace
-// with the image and --kcp-addr from o.
+// with the image, --kcp-addr and --min-tls-version from o.
 func Deployment(o Options) (*appsv1.Deployment, error) {
 	d := &appsv1.Deployment{}
 	if err := decode(skr.Deployment, d); err != nil {
@@ -138,18 +142,24 @@ func Deployment(o Options) (*appsv1.Deployment, error) {
 	if o.Image != "" {
 		c.Image = o.Image
 	}
-	if o.KCPAddr != "" {
-		found := false
-		for i, a := range c.Args {
-			if strings.HasPrefix(a, kcpAddrFlag) {
-				c.Args[i], found = kcpAddrFlag+o.KCPAddr, true
-			}
-		}
-		if !found {
-			c.Args = append(c.Args, kcpAddrFlag+o.KCPAddr)
+	setArg(c, kcpAddrFlag, o.KCPAddr)
+	setArg(c, minTLSFlag, o.MinTLSVersion)
+	return d, nil
+}
+
+// setArg sets the container's flag (prefix "--name=") to value, replacing
+// it where present; nothing when value is empty.
+func setArg(c *corev1.Container, prefix, value string) {
+	if value == "" {
+		return
+	}
+	for i, a := range c.Args {
+		if strings.HasPrefix(a, prefix) {
+			c.Args[i] = prefix + value
+			return
 		}
 	}
-	return d, nil
+	c.Args = append(c.Args, prefix+value)
 }
 
 // WebhookConfiguration is the ValidatingWebhookConfiguration skr-webhook

@@ -55,6 +55,16 @@ func TestDeployment(t *testing.T) {
 	if n := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--kcp-addr=") }); slices.IndexFunc(c.Args[n+1:], func(a string) bool { return strings.HasPrefix(a, "--kcp-addr=") }) >= 0 {
 		t.Errorf("--kcp-addr given twice: %v", c.Args)
 	}
+	if !slices.Contains(c.Args, "--min-tls-version=1.2") {
+		t.Errorf("args %v lack the manifest's --min-tls-version=1.2", c.Args)
+	}
+	d13, err := bundle.Deployment(bundle.Options{KCPAddr: "gw.kcp.example:443", MinTLSVersion: "1.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := d13.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--min-tls-version=1.3") || slices.Contains(args, "--min-tls-version=1.2") {
+		t.Errorf("MinTLSVersion 1.3: args %v", args)
+	}
 	// The Deployment mounts the Secret and the managers ConfigMap the
 	// bundle writes, where the flags point.
 	vols := d.Spec.Template.Spec.Volumes

@@ -1,0 +1,186 @@
+package fips_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
+	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFIPSBinariesMTLS starts ext-authz and skr-webhook with
+// GODEBUG=fips140=on, skr-webhook with --min-tls-version=1.3, and sends one
+// SKR change through the gateway stand-in: the webhook's mTLS handshake is
+// TLS 1.3 with a FIPS-approved suite, ext-authz allows the event, and both
+// binaries' metrics show FIPS mode.
+func TestFIPSBinariesMTLS(t *testing.T) {
+	g := gomega.NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t.Setenv("GODEBUG", "fips140=on") // inherited by the binaries
+
+	authzBin, err := testenv.BuildBinary("ext-authz")
+	must(t, err)
+	webhookBin, err := testenv.BuildBinary("skr-webhook")
+	must(t, err)
+	env, err := testenv.Start("kcp")
+	must(t, err)
+	defer func() { _ = env.Stop() }()
+	kcp := env.Cluster("kcp")
+	must(t, kcp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kcp-system"}}))
+	must(t, kcp.Client.Create(ctx, extauthz.Kyma("kcp-system", "runtime-1", "skr1.example.com", map[string]string{contract.LabelRuntimeID: "runtime-1"})))
+
+	authz, err := extauthz.Start(authzBin, testWriter{t}, time.Minute, "--kubeconfig="+kcp.KubeconfigPath)
+	must(t, err)
+	defer func() { _ = authz.Stop(15 * time.Second) }()
+	must(t, authz.WaitReady(ctx))
+
+	ca, err := pki.NewCA("fips-ca")
+	must(t, err)
+	gwLeaf, err := ca.Issue(pki.LeafOptions{CommonName: "kcp-gateway", DNSNames: []string{"localhost"}})
+	must(t, err)
+	skrLeaf, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	must(t, err)
+
+	// Upstream: what the listener would get.
+	events := make(chan http.Header, 16)
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == contract.EventPath("lifecycle-manager") {
+			events <- r.Header.Clone()
+		}
+	}), ReadHeaderTimeout: time.Second}
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	go func() { _ = up.Serve(upLn) }()
+	defer func() { _ = up.Close() }()
+
+	// The gateway stand-in, recording the TLS of each handshake.
+	vs := gateway.EventRoute("istio-system/kcp-gateway", "localhost", "lifecycle-manager", "listener.kcp-system.svc.cluster.local", 8082)
+	gwTLS, err := gwLeaf.TLS()
+	must(t, err)
+	gw, err := gateway.New(gateway.Config{
+		ServerCert: gwTLS, ClientCAs: ca.Pool(), AuthzAddr: authz.GRPCAddr, AuthzTimeout: 2 * time.Second,
+		Gateway: "istio-system/kcp-gateway", VirtualServices: fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(vs).Build(),
+		Upstreams: map[string]string{"listener.kcp-system.svc.cluster.local:8082": upLn.Addr().String()},
+		Log:       testr.New(t),
+	})
+	must(t, err)
+	defer func() { _ = gw.Close() }()
+	var mu sync.Mutex
+	var handshakes []tls.ConnectionState
+	tlsCfg := gw.TLSConfig()
+	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handshakes = append(handshakes, cs)
+		return nil
+	}
+	gwSrv := &http.Server{Handler: gw, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second}
+	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	go func() { _ = gwSrv.ServeTLS(gwLn, "", "") }()
+	defer func() { _ = gwSrv.Close() }()
+
+	// skr-webhook, TLS 1.3 only towards the KCP.
+	dir := t.TempDir()
+	caFile, certFile, keyFile, err := skrLeaf.WriteFiles(dir, ca)
+	must(t, err)
+	_, gwPort, _ := net.SplitHostPort(gwLn.Addr().String())
+	listenAddr, metricsAddr, healthAddr := testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr()
+	cmd := exec.Command(webhookBin, "--listen-addr", listenAddr, "--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr,
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile, "--kcp-addr", "localhost:"+gwPort,
+		"--min-tls-version", "1.3", "--heartbeat-interval", "0")
+	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	must(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	g.Eventually(func() int { return get("http://" + healthAddr + "/readyz") }).WithTimeout(30 * time.Second).Should(gomega.Equal(http.StatusOK))
+
+	// One SKR change: the API server's admission review, over TLS to the webhook.
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"42",
+	  "kind":{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"},
+	  "operation":"UPDATE","namespace":"kyma-system","name":"default",
+	  "oldObject":{"metadata":{"name":"default","namespace":"kyma-system"},"spec":{"channel":"regular"}},
+	  "object":{"metadata":{"name":"default","namespace":"kyma-system"},"spec":{"channel":"fast"}}}}`
+	admission := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	resp, err := admission.Post("https://"+listenAddr+contract.ValidatePath("lifecycle-manager"), "application/json", strings.NewReader(review))
+	must(t, err)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("admission answered %d", resp.StatusCode)
+	}
+
+	// Through the gateway: ext-authz allowed it as runtime-1.
+	select {
+	case h := <-events:
+		if got := h.Get(contract.HeaderRuntimeID); got != "runtime-1" {
+			t.Errorf("upstream %s = %q, want runtime-1", contract.HeaderRuntimeID, got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event reached the upstream within 30s")
+	}
+	mu.Lock()
+	if len(handshakes) == 0 {
+		t.Error("no handshake recorded")
+	}
+	for _, cs := range handshakes {
+		if cs.Version != tls.VersionTLS13 || len(cs.PeerCertificates) == 0 || cs.PeerCertificates[0].Subject.CommonName != "runtime-1" {
+			t.Errorf("handshake %s with %d peer certificates, want TLS 1.3 with runtime-1's certificate", tls.VersionName(cs.Version), len(cs.PeerCertificates))
+		}
+		if cs.CipherSuite != tls.TLS_AES_128_GCM_SHA256 && cs.CipherSuite != tls.TLS_AES_256_GCM_SHA384 {
+			t.Errorf("cipher suite %s is not FIPS-approved", tls.CipherSuiteName(cs.CipherSuite))
+		}
+	}
+	mu.Unlock()
+
+	for _, m := range []struct{ url, name string }{
+		{"http://" + authz.MetricsAddr + "/metrics", "runtime_watcher_ext_authz_fips140_enabled"},
+		{"http://" + metricsAddr + "/metrics", "runtime_watcher_skr_webhook_fips140_enabled"},
+	} {
+		text, err := promtext.Fetch(ctx, m.url)
+		must(t, err)
+		if v, found := promtext.Sum(text, m.name, nil); !found || v != 1 {
+			t.Errorf("%s = %v (found %v), want 1", m.name, v, found)
+		}
+	}
+}
+
+func get(url string) int {
+	resp, err := http.Get(url) //nolint:gosec,noctx // the test's own loopback address
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// testWriter sends a binary's output to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

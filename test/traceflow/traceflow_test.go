@@ -1,0 +1,193 @@
+package traceflow_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/go-logr/logr/testr"
+	"github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/listener"
+	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
+	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
+	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+type lookup map[string]identity.Runtime
+
+func (l lookup) LookupRuntime(_ context.Context, id string) (identity.Runtime, bool, error) {
+	rt, ok := l[id]
+	return rt, ok, nil
+}
+
+type staticCert struct{ c tls.Certificate }
+
+func (s staticCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &s.c, nil }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	return l
+}
+
+// TestOneWriteToOperator: an admission review of one SKR write becomes an
+// event whose send span, ext-authz's Check span, the listener's span and the
+// operator's span share one trace, each the child of the one before (the
+// gateway forwards the traceparent as Envoy does).
+func TestOneWriteToOperator(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+
+	ca, err := pki.NewCA("traceflow-ca")
+	must(t, err)
+	gwLeaf, err := ca.Issue(pki.LeafOptions{CommonName: "gateway", DNSNames: []string{"localhost"}})
+	must(t, err)
+	skrLeaf, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com"}})
+	must(t, err)
+
+	// ext-authz, traced.
+	authzLn := listen(t)
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, server.New(&identity.Verifier{Lookup: lookup{"runtime-1": {ID: "runtime-1", SKRDomain: "skr1.example.com"}}},
+		func() bool { return true }, nil, server.Config{Tracer: tp.Tracer("ext-authz")}))
+	go func() { _ = gs.Serve(authzLn) }()
+	defer gs.Stop()
+
+	// The operator's listener, traced.
+	lisLn := listen(t)
+	lis, err := listener.New(lisLn.Addr().String(), "lifecycle-manager", listener.WithNetListener(lisLn),
+		listener.WithTracerProvider(tp), listener.WithRegisterer(prometheus.NewRegistry()), listener.WithLogger(testr.New(t)))
+	must(t, err)
+	go func() { _ = lis.Start(ctx) }()
+
+	// The gateway stand-in routing the manager's path to the listener.
+	vs := gateway.EventRoute("istio-system/kcp-gateway", "localhost", "lifecycle-manager", "listener.kcp-system.svc.cluster.local", 8082)
+	gwTLS, err := gwLeaf.TLS()
+	must(t, err)
+	gw, err := gateway.New(gateway.Config{
+		ServerCert: gwTLS, ClientCAs: ca.Pool(), AuthzAddr: authzLn.Addr().String(), AuthzTimeout: 2 * time.Second,
+		Gateway: "istio-system/kcp-gateway", VirtualServices: fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(vs).Build(),
+		Upstreams: map[string]string{"listener.kcp-system.svc.cluster.local:8082": lisLn.Addr().String()},
+		Log:       testr.New(t),
+	})
+	must(t, err)
+	gwLn := listen(t)
+	go func() { _ = gw.Serve(ctx, gwLn) }()
+	defer func() { _ = gw.Close() }()
+
+	// The skr-webhook: admission handler, dispatcher, traced mTLS sender (TLS 1.3 only).
+	dir := t.TempDir()
+	caFile, _, _, err := skrLeaf.WriteFiles(dir, ca)
+	must(t, err)
+	skrTLS, err := skrLeaf.TLS()
+	must(t, err)
+	kcp, err := delivery.NewClient(delivery.ClientConfig{CAFile: caFile, Certs: staticCert{skrTLS}, MinTLSVersion: tls.VersionTLS13}, testr.New(t))
+	must(t, err)
+	_, port, _ := net.SplitHostPort(gwLn.Addr().String())
+	sender, err := delivery.NewHTTPSender("localhost:"+port, kcp.HTTP)
+	must(t, err)
+	sender.WithTracer(tp.Tracer("skr-webhook"))
+	d := delivery.New(delivery.Config{ObjectInterval: -1}, sender, testr.New(t))
+	d.Start()
+	defer func() { _ = d.Shutdown(context.Background()) }()
+	webhook := admission.NewHandler(d, testr.New(t), nil)
+
+	// One SKR write: the API server's admission review of a Kyma's spec change.
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"42",
+	  "kind":{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"},
+	  "operation":"UPDATE","namespace":"kyma-system","name":"default",
+	  "oldObject":{"metadata":{"name":"default","namespace":"kyma-system"},"spec":{"channel":"regular"}},
+	  "object":{"metadata":{"name":"default","namespace":"kyma-system"},"spec":{"channel":"fast"}}}}`
+	w := httptest.NewRecorder()
+	webhook.ServeHTTP(w, httptest.NewRequest(http.MethodPost, contract.ValidatePath("lifecycle-manager"), strings.NewReader(review)))
+	if w.Code != http.StatusOK {
+		t.Fatalf("admission answered %d: %s", w.Code, w.Body)
+	}
+
+	// The operator receives the event and continues its trace.
+	// (The dispatcher's startup resync comes first.)
+	var ev listener.Event
+	for ev.Watched.Name == "" {
+		select {
+		case ge := <-lis.Events():
+			var ok bool
+			if ev, ok = listener.EventFrom(ge.Object); !ok {
+				t.Fatalf("not an event object: %v", ge.Object)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no event within 30s")
+		}
+	}
+	if ev.RuntimeID != "runtime-1" || ev.Watched.Name != "default" {
+		t.Fatalf("event %+v", ev)
+	}
+	_, reconcile := tp.Tracer("operator").Start(listener.ContextWithEvent(ctx, ev), "operator reconcile")
+	reconcile.End()
+
+	// The spans of the event's trace; the send span ends once the answer
+	// is back at the sender, which may be after the operator got the event.
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	gomega.NewWithT(t).Eventually(func() []string {
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID() == ev.SpanContext.TraceID() {
+				byName[s.Name()] = s
+			}
+		}
+		return keys(byName)
+	}).WithTimeout(10 * time.Second).Should(gomega.ConsistOf("skr-webhook send event", "ext-authz Check", "listener receive event", "operator reconcile"))
+	send, check, receive, op := byName["skr-webhook send event"], byName["ext-authz Check"], byName["listener receive event"], byName["operator reconcile"]
+	traceID := send.SpanContext().TraceID()
+	for _, step := range []struct {
+		name   string
+		span   sdktrace.ReadOnlySpan
+		parent trace.SpanContext
+	}{
+		{"ext-authz Check", check, send.SpanContext()},
+		{"listener receive", receive, send.SpanContext()},
+		{"operator reconcile", op, receive.SpanContext()},
+	} {
+		if step.span.SpanContext().TraceID() != traceID || step.span.Parent().SpanID() != step.parent.SpanID() {
+			t.Errorf("%s: span %s parent %s, want trace %s parent %s", step.name, step.span.SpanContext().SpanID(),
+				step.span.Parent().SpanID(), traceID, step.parent.SpanID())
+		}
+	}
+	if ev.SpanContext.SpanID() != receive.SpanContext().SpanID() {
+		t.Errorf("event span context %v, want the listener's span %v", ev.SpanContext, receive.SpanContext())
+	}
+}
+
+func keys(m map[string]sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
