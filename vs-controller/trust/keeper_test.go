@@ -40,15 +40,6 @@ func keeperClient(t *testing.T) client.Client {
 	return fake.NewClientBuilder().WithScheme(scheme).Build()
 }
 
-func mustCA(t *testing.T, name string) *pki.CA {
-	t.Helper()
-	ca, err := pki.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
 func mustLeaf(t *testing.T, ca *pki.CA, id string, notAfter time.Time) *pki.Leaf {
 	t.Helper()
 	l, err := ca.Issue(pki.LeafOptions{CommonName: id, NotAfter: notAfter})
