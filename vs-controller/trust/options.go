@@ -27,7 +27,8 @@ type Options struct {
 	// every runtime trusts a new gateway CA; none when empty.
 	GatewayCertificate types.NamespacedName
 	// Store names the ConfigMaps (in the Kyma namespace) remembering the
-	// CAs seen: <Store>-runtime and <Store>-gateway.
+	// CAs seen: <Store>-runtime and <Store>-gateway; and the Secret
+	// <Store>-seal holding the key of their seals (Seal).
 	Store string
 	// RenewalsPerSecond limits runtime certificate renewal requests; 5 when 0.
 	RenewalsPerSecond float64
@@ -86,8 +87,9 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 	}
 	log := ctrl.Log.WithName("trust")
 	rec := mgr.GetEventRecorderFor("vs-controller")
+	seal := &Seal{Client: c, Secret: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-seal"}}
 	k := &Keeper{
-		Runtime: &Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log,
+		Runtime: &Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log, Seal: seal,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-runtime"}},
 		Client:             c,
 		ClientCASecret:     o.GatewayClientCASecret,
@@ -107,7 +109,7 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 		log.Info("migration trust window open: the CAs of this Secret are trusted for client certificates at the gateway", "secret", o.MigrationExtraCASecret.String())
 	}
 	if o.GatewayCASecret.Name != "" {
-		k.Gateway = &Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log,
+		k.Gateway = &Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log, Seal: seal,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-gateway"}}
 	}
 	return k, nil
