@@ -146,7 +146,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=cert-manager.io,namespace=istio-system,resources=certificates/status,verbs=patch
 // +kubebuilder:rbac:groups="",namespace=kcp-system,resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=istio-system,resources=secrets,verbs=get;create;update
-// +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

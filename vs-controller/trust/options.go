@@ -28,7 +28,8 @@ type Options struct {
 	GatewayCertificate types.NamespacedName
 	// Store names the ConfigMaps (in the Kyma namespace) remembering the
 	// CAs seen: <Store>-runtime and <Store>-gateway; and the Secret
-	// <Store>-seal holding the key of their seals (Seal).
+	// <Store>-seal, in GatewayClientCASecret's namespace, holding the key
+	// of their seals (Seal).
 	Store string
 	// RenewalsPerSecond limits runtime certificate renewal requests; 5 when 0.
 	RenewalsPerSecond float64
@@ -87,7 +88,17 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 	}
 	log := ctrl.Log.WithName("trust")
 	rec := mgr.GetEventRecorderFor("vs-controller")
-	seal := &Seal{Client: c, Secret: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-seal"}}
+	// The seal key lives beside the gateway's client CA Secret, where
+	// vs-controller may create Secrets (it may not in the Kyma namespace):
+	// whoever reads Secrets there holds the gateway's key already. Without
+	// a client CA Secret the stores are not sealed: a restart remembers
+	// nothing.
+	var seal *Seal
+	if o.GatewayClientCASecret.Name != "" {
+		seal = &Seal{Client: c, Secret: types.NamespacedName{Namespace: o.GatewayClientCASecret.Namespace, Name: o.Store + "-seal"}}
+	} else {
+		log.Info("no gateway client CA Secret: the trust stores are not sealed, a restart remembers no CA that left the CA Secret")
+	}
 	k := &Keeper{
 		Runtime: &Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log, Seal: seal,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-runtime"}},

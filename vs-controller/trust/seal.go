@@ -31,10 +31,10 @@ const sealKeyBytes = 32
 // by vs-controller after it saw the CA in the CA Secret (docs/certificates.md,
 // "The trust store"). A store's CA is admitted after a restart only with
 // its seal: an HMAC-SHA256, over the anchor's name and the certificate, keyed
-// by 32 random bytes in a Secret vs-controller creates. Whoever can write
-// the ConfigMap but not read Secrets in the Kyma namespace — where the CA's
-// private key lives too — cannot forge one, so the store remembers but never
-// adds.
+// by 32 random bytes in a Secret vs-controller creates beside the gateway's
+// client CA Secret. Whoever can write the ConfigMap but cannot read Secrets
+// in the gateway's namespace — where the gateway's private key lives too —
+// cannot forge one, so the store remembers but never adds.
 type Seal struct {
 	// Client reads and creates the key Secret (uncached).
 	Client client.Client
