@@ -104,7 +104,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 	BeforeAll(func(ctx SpecContext) {
 		watcherNS = newNamespace(ctx, "runtime-watchers")
 		// Two Watchers exist before the runtime.
-		Expect(kcp.Client.Create(ctx, newWatcher(watcherNS, "lifecycle-manager", "lifecycle-manager", map[string]string{"x": "y"}))).To(Succeed())
+		Expect(kcp.Client.Create(ctx, newWatcher(watcherNS, "lifecycle-manager", "runtime-lifecycle-manager", map[string]string{"x": "y"}))).To(Succeed())
 		status := newWatcher(watcherNS, "status-watcher", "status-operator", map[string]string{"x": "y"})
 		status.Spec.Field = v1beta2.StatusField
 		status.Spec.LabelsToWatch = nil
@@ -181,7 +181,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 				Expect(*h.ClientConfig.Service.Path).To(Equal("/validate/status-operator"))
 			case watcherNS + ".lifecycle-manager.operator.kyma-project.io":
 				Expect(h.Rules[0].Resources).To(Equal([]string{"kymas"}))
-				Expect(h.ObjectSelector.MatchLabels).To(Equal(map[string]string{"operator.kyma-project.io/watched-by": "lifecycle-manager"}))
+				Expect(h.ObjectSelector.MatchLabels).To(Equal(map[string]string{"operator.kyma-project.io/watched-by": "runtime-lifecycle-manager"}))
 			}
 		}
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonBundleApplied))
