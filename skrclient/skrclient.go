@@ -105,7 +105,8 @@ type KubeconfigClients struct {
 	// (metrics, tests).
 	WrapTransport transport.WrapperFunc
 	// AllowInsecure accepts kubeconfigs with insecure-skip-tls-verify: true
-	// (a LOCAL/testing aid); otherwise For refuses them with ErrInsecure.
+	// or an http:// server (a LOCAL/testing aid); otherwise For refuses
+	// them with ErrInsecure or ErrPlainHTTP.
 	AllowInsecure bool
 
 	mu      sync.Mutex
@@ -138,6 +139,9 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	}
 	if cfg.Insecure && !k.AllowInsecure {
 		return nil, ErrInsecure
+	}
+	if !rest.IsConfigTransportTLS(*cfg) && !k.AllowInsecure {
+		return nil, ErrPlainHTTP
 	}
 	cfg.Timeout = k.Timeout
 	if cfg.Timeout == 0 {
@@ -175,6 +179,11 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 // impersonate the runtime and receive its credentials.
 var ErrInsecure = errors.New("kubeconfig sets insecure-skip-tls-verify: true; the runtime's API server would not be verified " +
 	"(give it certificate-authority-data; vs-controller's --allow-insecure-skr accepts it, for local use only)")
+
+// ErrPlainHTTP: the kubeconfig's server is not https://, so the runtime's
+// API server is not authenticated and its credentials travel in clear.
+var ErrPlainHTTP = errors.New("kubeconfig server is not https://; the runtime's API server would not be verified and its credentials would travel unencrypted " +
+	"(vs-controller's --allow-insecure-skr accepts it, for local use only)")
 
 // Forget implements ClusterClients.
 func (k *KubeconfigClients) Forget(key string) {

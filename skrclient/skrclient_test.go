@@ -1,10 +1,13 @@
 package skrclient_test
 
 import (
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
 const kubeconfigTmpl = `apiVersion: v1
@@ -105,6 +109,33 @@ func TestKubeconfigClientsRefuseInsecure(t *testing.T) {
 	k.AllowInsecure = true
 	if _, err := k.For(t.Context(), "kcp-system/r1", insecure); err != nil {
 		t.Fatalf("AllowInsecure: %v", err)
+	}
+}
+
+// An SKR kubeconfig whose server is http:// (or a bare host without any
+// TLS setting, which client-go reaches over http) is refused with
+// ErrPlainHTTP unless AllowInsecure.
+func TestKubeconfigClientsRefusePlainHTTP(t *testing.T) {
+	for _, server := range []string{"http://127.0.0.1:6443", "127.0.0.1:6443"} {
+		plain := []byte(strings.ReplaceAll(string(kubeconfig("", "token: abc")), "https://127.0.0.1:6443", server))
+		k := newClients()
+		k.AllowInsecure = false
+		if _, err := k.For(t.Context(), "kcp-system/r1", plain); !errors.Is(err, skrclient.ErrPlainHTTP) {
+			t.Fatalf("%s: err %v, want ErrPlainHTTP", server, err)
+		}
+		k.AllowInsecure = true
+		if _, err := k.For(t.Context(), "kcp-system/r1", plain); err != nil {
+			t.Fatalf("%s with AllowInsecure: %v", server, err)
+		}
+	}
+	ca, err := pki.NewCA("skr API server CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newClients()
+	k.AllowInsecure = false
+	if _, err := k.For(t.Context(), "kcp-system/r1", kubeconfig("certificate-authority-data: "+base64.StdEncoding.EncodeToString(ca.PEM), "token: abc")); err != nil {
+		t.Fatalf("https with a CA: %v", err)
 	}
 }
 
@@ -204,5 +235,25 @@ func TestKubeconfigClientsNewMapperPerRuntime(t *testing.T) {
 	k.NewMapper = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return nil, errors.New("boom") }
 	if _, err := k.For(t.Context(), "r3", a); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("mapper error not returned: %v", err)
+	}
+}
+
+// Text a runtime controls is cut to MaxText bytes, at a rune boundary; an
+// error cut so still matches errors.Is.
+func TestBounded(t *testing.T) {
+	if got := skrclient.Bounded("short"); got != "short" {
+		t.Errorf("Bounded(short) = %q", got)
+	}
+	long := strings.Repeat("ä", skrclient.MaxText)
+	got := skrclient.Bounded(long)
+	if len(got) > skrclient.MaxText || !utf8.ValidString(got) || !strings.HasSuffix(got, "(cut)") {
+		t.Errorf("Bounded(%d bytes) = %d bytes, valid UTF-8 %t: %q", len(long), len(got), utf8.ValidString(got), got[len(got)-20:])
+	}
+	err := skrclient.BoundedError(fmt.Errorf("%s: %w", long, skrclient.ErrInsecure))
+	if len(err.Error()) > skrclient.MaxText || !errors.Is(err, skrclient.ErrInsecure) {
+		t.Errorf("BoundedError: %d bytes, Is(ErrInsecure) %t", len(err.Error()), errors.Is(err, skrclient.ErrInsecure))
+	}
+	if skrclient.BoundedError(nil) != nil {
+		t.Error("BoundedError(nil) is not nil")
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
 // Names of the SKR objects (docs/architecture.md §4.3).
@@ -167,11 +168,7 @@ func setArg(c *corev1.Container, prefix, value string) {
 // being deleted or without a valid manager name are left out.
 func WebhookConfiguration(o Options, watchers []v1beta2.Watcher, caBundle []byte) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	hooks := make([]admissionregistrationv1.ValidatingWebhook, 0, len(watchers))
-	for i := range watchers {
-		w := &watchers[i]
-		if !Usable(w) {
-			continue
-		}
+	for _, w := range Webhooked(watchers) {
 		hooks = append(hooks, Webhook(o, w, caBundle))
 	}
 	sort.Slice(hooks, func(i, j int) bool { return hooks[i].Name < hooks[j].Name })
@@ -188,6 +185,34 @@ func WebhookConfiguration(o Options, watchers []v1beta2.Watcher, caBundle []byte
 func Usable(w *v1beta2.Watcher) bool {
 	return w.DeletionTimestamp == nil && len(w.SpecProblems()) == 0 &&
 		len(validation.IsDNS1123Subdomain(w.WebhookName())) == 0
+}
+
+// Webhooked are the Watchers that get a webhook: the Usable ones that own
+// their manager's route (docs/architecture.md §4.10). A Watcher owns it
+// when no older Watcher of the same manager (being deleted or not) claims
+// it — the rule of package routing, which alone knows the Gateways —, or
+// when routing says it does (routing.HoldsRoute: its Gateways are not the
+// older one's). A loser of a route conflict gets no webhook in any runtime:
+// its rules would post to the owner's path.
+func Webhooked(watchers []v1beta2.Watcher) []*v1beta2.Watcher {
+	oldest := map[string]*v1beta2.Watcher{}
+	for i := range watchers {
+		w := &watchers[i]
+		if len(w.SpecProblems()) > 0 {
+			continue
+		}
+		if o, ok := oldest[w.ManagerName()]; !ok || routing.Older(w, o) {
+			oldest[w.ManagerName()] = w
+		}
+	}
+	out := make([]*v1beta2.Watcher, 0, len(watchers))
+	for i := range watchers {
+		w := &watchers[i]
+		if Usable(w) && (oldest[w.ManagerName()] == w || routing.HoldsRoute(w)) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // Webhook is a Watcher's webhook (docs/architecture.md §4.3).

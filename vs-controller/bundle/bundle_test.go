@@ -16,6 +16,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
 func watcher(ns, name, manager string, field v1beta2.FieldName, labels map[string]string) v1beta2.Watcher {
@@ -260,6 +261,52 @@ func TestWebhookConfiguration(t *testing.T) {
 	}
 	if got := bundle.WebhookConfiguration(bundle.Options{}, nil, nil); len(got.Webhooks) != 0 {
 		t.Fatal("webhooks without watchers")
+	}
+}
+
+// A Watcher that loses its manager's route to an older one gets no webhook
+// (docs/architecture.md §4.10): its rules would post to the owner's path.
+// Younger Watchers of the manager get one only while routing says they
+// hold a route of their own (other Gateways) for their current spec.
+func TestWebhookConfigurationRouteOwner(t *testing.T) {
+	at := func(w v1beta2.Watcher, sec int64) v1beta2.Watcher {
+		w.CreationTimestamp = metav1.Unix(1700000000+sec, 0)
+		w.Generation = 1
+		return w
+	}
+	holds := func(w v1beta2.Watcher, generation int64) v1beta2.Watcher {
+		w.Status.Conditions = []metav1.Condition{{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: routing.ReasonApplied, ObservedGeneration: generation}}
+		return w
+	}
+	owner := at(watcher("team-a", "owner", "shared", v1beta2.SpecField, nil), 0)
+	loser := at(watcher("team-x", "loser", "shared", v1beta2.SpecField, nil), 1)
+	loser.Spec.ResourceToWatch = v1beta2.WatchableGVR{Group: "*", Version: "*", Resource: "*"}
+	loser.Status.Conditions = []metav1.Condition{{Type: routing.ConditionVirtualService, Status: metav1.ConditionFalse, Reason: routing.ReasonRouteConflict, ObservedGeneration: 1}}
+	ownGateways := holds(at(watcher("team-b", "own-gateways", "shared", v1beta2.SpecField, nil), 2), 1)
+	stale := at(watcher("team-c", "stale", "shared", v1beta2.SpecField, nil), 3)
+	stale.Generation = 2
+	stale = holds(stale, 1) // held a route for its spec before
+	names := func(ws ...v1beta2.Watcher) []string {
+		var out []string
+		for _, h := range bundle.WebhookConfiguration(bundle.Options{}, ws, nil).Webhooks {
+			out = append(out, h.Name)
+		}
+		return out
+	}
+	if got, want := names(loser, owner, ownGateways, stale), []string{"team-a.owner.operator.kyma-project.io", "team-b.own-gateways.operator.kyma-project.io"}; !slices.Equal(got, want) {
+		t.Errorf("webhooks %v, want %v", got, want)
+	}
+	if got := bundle.Managers([]v1beta2.Watcher{loser, owner}); !slices.Equal(got, []string{"shared"}) {
+		t.Errorf("managers %v", got)
+	}
+	// The owner keeps its route while it is being deleted.
+	owner.DeletionTimestamp = &metav1.Time{}
+	if got := names(owner, loser); len(got) != 0 {
+		t.Errorf("webhooks %v while the owner is being deleted, want none", got)
+	}
+	// Gone: the route goes to the next claimant.
+	if got, want := names(loser), []string{"team-x.loser.operator.kyma-project.io"}; !slices.Equal(got, want) {
+		t.Errorf("webhooks %v after the owner is gone, want %v", got, want)
 	}
 }
 

@@ -34,14 +34,13 @@ func PodDisruptionBudget(o Options) (*policyv1.PodDisruptionBudget, error) {
 	return pdb, nil
 }
 
-// Managers are the distinct manager names of the usable Watchers (those
-// that get a webhook, see Usable), sorted.
+// Managers are the distinct manager names of the Watchers that get a
+// webhook (Webhooked), sorted.
 func Managers(watchers []v1beta2.Watcher) []string {
 	seen := map[string]bool{}
 	out := []string{}
-	for i := range watchers {
-		w := &watchers[i]
-		if !Usable(w) || seen[w.ManagerName()] {
+	for _, w := range Webhooked(watchers) {
+		if seen[w.ManagerName()] {
 			continue
 		}
 		seen[w.ManagerName()] = true

@@ -21,6 +21,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
 // The kinds of the bundle.
@@ -112,13 +113,14 @@ func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructu
 }
 
 // watchersKey fingerprints what of a set of Watchers the bundle is built
-// from (spec by generation, managed-by label, deletion), and extra.
+// from (spec by generation, managed-by label, deletion, whether routing
+// says it holds its route), and extra.
 func watchersKey(watchers []v1beta2.Watcher, extra []byte) string {
 	// Lists come in no particular order: fingerprint a sorted list.
 	lines := make([]string, 0, len(watchers))
 	for i := range watchers {
 		w := &watchers[i]
-		lines = append(lines, fmt.Sprintf("%s/%s/%s/%d/%s/%t", w.Namespace, w.Name, w.UID, w.Generation, w.Labels[contract.LabelManagedBy], w.DeletionTimestamp != nil))
+		lines = append(lines, fmt.Sprintf("%s/%s/%s/%d/%s/%t/%t", w.Namespace, w.Name, w.UID, w.Generation, w.Labels[contract.LabelManagedBy], w.DeletionTimestamp != nil, routing.HoldsRoute(w)))
 	}
 	sort.Strings(lines)
 	h := sha256.New()

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net"
+	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
@@ -101,7 +104,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 	BeforeAll(func(ctx SpecContext) {
 		watcherNS = newNamespace(ctx, "runtime-watchers")
 		// Two Watchers exist before the runtime.
-		Expect(kcp.Client.Create(ctx, newWatcher(watcherNS, "lifecycle-manager", "lifecycle-manager", map[string]string{"x": "y"}))).To(Succeed())
+		Expect(kcp.Client.Create(ctx, newWatcher(watcherNS, "lifecycle-manager", "runtime-lifecycle-manager", map[string]string{"x": "y"}))).To(Succeed())
 		status := newWatcher(watcherNS, "status-watcher", "status-operator", map[string]string{"x": "y"})
 		status.Spec.Field = v1beta2.StatusField
 		status.Spec.LabelsToWatch = nil
@@ -178,7 +181,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 				Expect(*h.ClientConfig.Service.Path).To(Equal("/validate/status-operator"))
 			case watcherNS + ".lifecycle-manager.operator.kyma-project.io":
 				Expect(h.Rules[0].Resources).To(Equal([]string{"kymas"}))
-				Expect(h.ObjectSelector.MatchLabels).To(Equal(map[string]string{"operator.kyma-project.io/watched-by": "lifecycle-manager"}))
+				Expect(h.ObjectSelector.MatchLabels).To(Equal(map[string]string{"operator.kyma-project.io/watched-by": "runtime-lifecycle-manager"}))
 			}
 		}
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + runtimes.ReasonBundleApplied))
@@ -217,6 +220,48 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		By("deleting the Watcher")
 		Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
 		Eventually(webhookNames(ctx)).ShouldNot(ContainElement(name))
+		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+	})
+
+	// Issue 24: a Watcher in another namespace claiming the route of an
+	// existing manager, watching everything, would send every write of the
+	// runtime to the owner's listener.
+	It("gives a Watcher that lost its route no webhook in the runtime, and says so", Label("adversary"), func(ctx SpecContext) {
+		suffix := rand.String(5)
+		sel := map[string]string{"gateway-set": "claimed-" + suffix}
+		Expect(kcp.Client.Create(ctx, newGateway("claimed-"+suffix, sel, "claimed.example.com"))).To(Succeed())
+		manager := "claimed-operator-" + suffix
+		owner := newWatcher(watcherNS, "route-owner", manager, sel)
+		Expect(kcp.Client.Create(ctx, owner)).To(Succeed())
+		ownerHook := watcherNS + ".route-owner.operator.kyma-project.io"
+		Eventually(webhookNames(ctx)).Should(ContainElement(ownerHook))
+
+		thiefNS := newNamespace(ctx, "team-x")
+		thief := newWatcher(thiefNS, "everything", manager, sel)
+		thief.Spec.ResourceToWatch = v1beta2.WatchableGVR{Group: "*", Version: "*", Resource: "*"}
+		thief.Spec.LabelsToWatch = nil
+		Eventually(func() bool { return time.Now().Truncate(time.Second).After(owner.CreationTimestamp.Time) }).
+			WithTimeout(3 * time.Second).Should(BeTrue())
+		Expect(kcp.Client.Create(ctx, thief)).To(Succeed())
+		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(And(
+			HaveField("Type", routing.ConditionVirtualService),
+			HaveField("Reason", routing.ReasonRouteConflict),
+			HaveField("Message", ContainSubstring("no webhook in any runtime")),
+		))))
+		// The runtime is reconciled after the thief exists (a later Watcher
+		// change): its webhook must still be absent.
+		other := newWatcher(watcherNS, "later", "later-operator-"+suffix, map[string]string{"x": "y"})
+		Expect(kcp.Client.Create(ctx, other)).To(Succeed())
+		Eventually(webhookNames(ctx)).Should(ContainElement(watcherNS + ".later.operator.kyma-project.io"))
+		Expect(webhookNames(ctx)()).To(And(
+			ContainElement(ownerHook), Not(ContainElement(thiefNS+".everything.operator.kyma-project.io"))))
+
+		By("handing the route, and the webhook, over when the owner goes")
+		Expect(kcp.Client.Delete(ctx, owner)).To(Succeed())
+		Eventually(webhookNames(ctx)).Should(And(
+			ContainElement(thiefNS+".everything.operator.kyma-project.io"), Not(ContainElement(ownerHook))))
+		Expect(kcp.Client.Delete(ctx, thief)).To(Succeed())
+		Expect(kcp.Client.Delete(ctx, other)).To(Succeed())
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
 	})
 

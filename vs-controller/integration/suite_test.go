@@ -178,17 +178,14 @@ func reasons(events []corev1.Event) []string {
 }
 
 // usableWebhookNames are the webhook names the SKR configuration must hold
-// right now: one per Watcher in the KCP that is not being deleted and whose
-// spec has no problems.
+// right now: one per Watcher in the KCP that is not being deleted, whose
+// spec has no problems and that owns its manager's route.
 func usableWebhookNames(ctx context.Context) []string {
 	var list v1beta2.WatcherList
 	ExpectWithOffset(1, kcp.Client.List(ctx, &list)).To(Succeed())
 	names := []string{}
-	for i := range list.Items {
-		w := &list.Items[i]
-		if w.DeletionTimestamp == nil && len(w.SpecProblems()) == 0 {
-			names = append(names, w.WebhookName())
-		}
+	for _, w := range bundle.Webhooked(list.Items) {
+		names = append(names, w.WebhookName())
 	}
 	sort.Strings(names)
 	return names

@@ -84,6 +84,14 @@ var (
 		Name: "gateway_client_ca_extra_cas",
 		Help: "CAs of the migration CA Secret (--migration-extra-ca-secret) in the gateway's client CA bundle as last written; 0: trust window closed or that Secret unusable.",
 	})
+	// TrustStoreRefused counts the certificates found in a trust store
+	// ConfigMap and not admitted (docs/certificates.md, "The trust
+	// store"): not sealed by vs-controller, or not a CA.
+	TrustStoreRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "trust_store_refused_total",
+		Help: "Certificates in a trust store ConfigMap not admitted to the trust bundle: without vs-controller's seal, or not a CA.",
+	}, []string{"anchor"})
 	// RuntimeCertNotAfter is each runtime certificate's not-after (Unix
 	// seconds), with the serial of the CA that signed it.
 	RuntimeCertNotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -115,5 +123,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested, ClientCAExtraCAs)
+	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested, ClientCAExtraCAs, TrustStoreRefused)
 }

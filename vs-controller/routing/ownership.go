@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,9 +23,9 @@ import (
 // (docs/architecture.md §4.10).
 const ReasonRouteConflict = "RouteConflict"
 
-// older orders Watchers by age: creationTimestamp, then namespace/name (the
+// Older orders Watchers by age: creationTimestamp, then namespace/name (the
 // API server's timestamps have one-second resolution).
-func older(a, b *v1beta2.Watcher) bool {
+func Older(a, b *v1beta2.Watcher) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
@@ -32,6 +33,13 @@ func older(a, b *v1beta2.Watcher) bool {
 		return a.Namespace < b.Namespace
 	}
 	return a.Name < b.Name
+}
+
+// HoldsRoute reports whether w's status says it routes its manager's event
+// path: its VirtualService condition is True for its current generation.
+func HoldsRoute(w *v1beta2.Watcher) bool {
+	c := meta.FindStatusCondition(w.Status.Conditions, ConditionVirtualService)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == w.Generation
 }
 
 // routeOwner returns the oldest other Watcher that claims the route of w's
@@ -48,10 +56,10 @@ func (r *Reconciler) routeOwner(ctx context.Context, w *v1beta2.Watcher, gateway
 	shared := ""
 	for i := range list.Items {
 		o := &list.Items[i]
-		if o.UID == w.UID || o.ManagerName() != w.ManagerName() || !older(o, w) || len(o.SpecProblems()) > 0 {
+		if o.UID == w.UID || o.ManagerName() != w.ManagerName() || !Older(o, w) || len(o.SpecProblems()) > 0 {
 			continue
 		}
-		if owner != nil && older(owner, o) {
+		if owner != nil && Older(owner, o) {
 			continue
 		}
 		theirs, err := r.gatewaysOf(ctx, o)
@@ -88,7 +96,7 @@ func (r *Reconciler) gatewaysOf(ctx context.Context, w *v1beta2.Watcher) ([]stri
 
 func conflictError(w, owner *v1beta2.Watcher, gateway string) error {
 	return fmt.Errorf("the route of manager %q on Gateway %s is owned by the older Watcher %s/%s (created %s); "+
-		"this Watcher gets no VirtualService until that one is deleted or changes its manager or Gateways",
+		"this Watcher gets no VirtualService and no webhook in any runtime until that one is deleted or changes its manager or Gateways",
 		w.ManagerName(), gateway, owner.Namespace, owner.Name, owner.CreationTimestamp.UTC().Format("2006-01-02T15:04:05Z"))
 }
 

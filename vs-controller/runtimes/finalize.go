@@ -38,7 +38,7 @@ func (r *Reconciler) finalize(ctx context.Context, kyma *metav1.PartialObjectMet
 		r.event(kyma, corev1.EventTypeWarning, ReasonBundleLeft,
 			fmt.Sprintf("kubeconfig Secret %s/%s is unusable (%v): the SKR bundle cannot be removed from the runtime", r.KymaNamespace, skrclient.SecretName(id), err))
 	} else {
-		if err := r.removeBundle(ctx, skr); err != nil {
+		if err := skrclient.BoundedError(r.removeBundle(ctx, skr)); err != nil {
 			r.event(kyma, corev1.EventTypeWarning, ReasonCleanupFailed, err.Error())
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
@@ -98,6 +99,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err == nil {
 		wrote, err = r.applyBundle(ctx, req.String(), skr, btls, trusted.CABundle)
 	}
+	// SKR API errors carry text the runtime writes (its admission
+	// webhooks' messages): cut before it reaches Events and logs.
+	err = skrclient.BoundedError(err)
 	if err != nil {
 		reason := ReasonBundleFailed
 		if isUnreachable(err) {
@@ -123,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// The readiness check verifies our webhook with the runtime CA bundle
 	// (btls.CA is the gateway's, for the SKR's ca.crt).
 	if res, err := r.TakeOver.Finish(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.CABundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
-		return res, err
+		return res, skrclient.BoundedError(err)
 	}
 	if r.Resync > 0 {
 		return ctrl.Result{RequeueAfter: r.Resync}, nil
@@ -238,7 +242,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr cl
 
 func (r *Reconciler) event(kyma runtime.Object, typ, reason, msg string) {
 	if r.Recorder != nil {
-		r.Recorder.Event(kyma, typ, reason, msg)
+		r.Recorder.Event(kyma, typ, reason, skrclient.Bounded(msg))
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
@@ -101,12 +102,15 @@ func kymaChanged(e event.UpdateEvent) bool {
 }
 
 // watcherChanged passes Watcher updates that can change a webhook: spec
-// (generation), labels (managed-by), deletion.
+// (generation), labels (managed-by), deletion, route held (status).
 func watcherChanged(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld, e.ObjectNew
+	ow, _ := o.(*v1beta2.Watcher)
+	nw, _ := n.(*v1beta2.Watcher)
 	return o.GetGeneration() != n.GetGeneration() ||
 		(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-		o.GetLabels()[contract.LabelManagedBy] != n.GetLabels()[contract.LabelManagedBy]
+		o.GetLabels()[contract.LabelManagedBy] != n.GetLabels()[contract.LabelManagedBy] ||
+		(ow != nil && nw != nil && routing.HoldsRoute(ow) != routing.HoldsRoute(nw))
 }
 
 // kymasForSecret maps a kubeconfig Secret or a Certificate Secret to the

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 )
@@ -44,7 +45,7 @@ const (
 
 // takeOverCondition is the condition of one take-over step.
 func takeOverCondition(status metav1.ConditionStatus, reason, msg string) metav1.Condition {
-	return metav1.Condition{Type: ConditionTakeOver, Status: status, Reason: reason, Message: msg}
+	return metav1.Condition{Type: ConditionTakeOver, Status: status, Reason: reason, Message: skrclient.Bounded(msg)}
 }
 
 // setTakeOverCondition makes the Kyma's ConditionTakeOver c. It remembers

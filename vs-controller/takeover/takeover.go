@@ -53,6 +53,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
@@ -175,7 +176,7 @@ func (r *TakeOver) Forget(runtimeKey string) {
 
 func (r *TakeOver) event(kyma runtime.Object, typ, reason, msg string) {
 	if r.Recorder != nil {
-		r.Recorder.Event(kyma, typ, reason, msg)
+		r.Recorder.Event(kyma, typ, reason, skrclient.Bounded(msg))
 	}
 }
 

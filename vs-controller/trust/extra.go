@@ -118,8 +118,8 @@ func ParseCAs(data []byte, now time.Time) ([]*x509.Certificate, string) {
 	}
 	var out []*x509.Certificate
 	for _, c := range certs {
-		if !c.IsCA {
-			return nil, fmt.Sprintf("%q is not a CA certificate", c.Subject.String())
+		if p := caProblem(c); p != "" {
+			return nil, p
 		}
 		if now.Before(c.NotBefore) || now.After(c.NotAfter) {
 			continue

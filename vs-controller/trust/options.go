@@ -27,7 +27,9 @@ type Options struct {
 	// every runtime trusts a new gateway CA; none when empty.
 	GatewayCertificate types.NamespacedName
 	// Store names the ConfigMaps (in the Kyma namespace) remembering the
-	// CAs seen: <Store>-runtime and <Store>-gateway.
+	// CAs seen: <Store>-runtime and <Store>-gateway; and the Secret
+	// <Store>-seal, in GatewayClientCASecret's namespace, holding the key
+	// of their seals (Seal).
 	Store string
 	// RenewalsPerSecond limits runtime certificate renewal requests; 5 when 0.
 	RenewalsPerSecond float64
@@ -86,8 +88,19 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 	}
 	log := ctrl.Log.WithName("trust")
 	rec := mgr.GetEventRecorderFor("vs-controller")
+	// The seal key lives beside the gateway's client CA Secret, where
+	// vs-controller may create Secrets (it may not in the Kyma namespace):
+	// whoever reads Secrets there holds the gateway's key already. Without
+	// a client CA Secret the stores are not sealed: a restart remembers
+	// nothing.
+	var seal *Seal
+	if o.GatewayClientCASecret.Name != "" {
+		seal = &Seal{Client: c, Secret: types.NamespacedName{Namespace: o.GatewayClientCASecret.Namespace, Name: o.Store + "-seal"}}
+	} else {
+		log.Info("no gateway client CA Secret: the trust stores are not sealed, a restart remembers no CA that left the CA Secret")
+	}
 	k := &Keeper{
-		Runtime: &Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log,
+		Runtime: &Anchor{Name: "runtime", Client: c, Secret: o.CASecret, Recorder: rec, Log: log, Seal: seal,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-runtime"}},
 		Client:             c,
 		ClientCASecret:     o.GatewayClientCASecret,
@@ -107,7 +120,7 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 		log.Info("migration trust window open: the CAs of this Secret are trusted for client certificates at the gateway", "secret", o.MigrationExtraCASecret.String())
 	}
 	if o.GatewayCASecret.Name != "" {
-		k.Gateway = &Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log,
+		k.Gateway = &Anchor{Name: "gateway", Client: c, Secret: o.GatewayCASecret, Recorder: rec, Log: log, Seal: seal,
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-gateway"}}
 	}
 	return k, nil

@@ -22,6 +22,7 @@ package trust
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 )
 
@@ -48,6 +50,9 @@ const (
 	StoreKey = "ca-bundle.crt"
 	// ReasonInvalidCA is the Warning Event reason on a bad CA Secret.
 	ReasonInvalidCA = "InvalidCASecret"
+	// ReasonRefusedStoreEntry is the Warning Event reason on a trust store
+	// holding a certificate it may not add (unsealed, not a CA).
+	ReasonRefusedStoreEntry = "TrustStoreEntryRefused"
 )
 
 // Anchor is the trust bundle of one CA Secret.
@@ -59,7 +64,10 @@ type Anchor struct {
 	// certificate; ca.crt is used when tls.crt is absent).
 	Secret types.NamespacedName
 	// Store is the ConfigMap that remembers the CAs seen.
-	Store    types.NamespacedName
+	Store types.NamespacedName
+	// Seal proves the store's CAs were seen in Secret; nil: nothing the
+	// store holds is admitted.
+	Seal     *Seal
 	Recorder record.EventRecorder
 	Log      logr.Logger
 	// InUse reports, for the bundle's CAs, which still sign a certificate in
@@ -121,9 +129,9 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("read trust store %s: %w", a.Store, err)
 		}
-		remembered, bad := ParseBundle([]byte(cm.Data[StoreKey]))
-		if bad != nil {
-			a.Log.Info("trust store holds unusable certificates; they are left out", "anchor", a.Name, "store", a.Store.String(), "problem", bad.Error())
+		remembered, err := a.remembered(ctx, cm)
+		if err != nil {
+			return false, err
 		}
 		cas = append(cas, remembered...)
 	}
@@ -176,9 +184,15 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	a.mu.RLock()
 	changed := !bytes.Equal(out, a.pem)
 	a.mu.RUnlock()
-	if len(cas) > 0 && (changed || !loaded) {
-		if err := a.writeStore(ctx, out); err != nil {
+	if len(cas) > 0 {
+		// Every pass: the store is also ext-authz's CA file; whatever
+		// else somebody wrote there is overwritten.
+		repaired, err := a.writeStore(ctx, cas, out)
+		if err != nil {
 			return false, err
+		}
+		if repaired && loaded && !changed {
+			a.Log.Info("trust store did not hold what vs-controller wrote: rewritten", "anchor", a.Name, "store", a.Store.String())
 		}
 	}
 	a.mu.Lock()
@@ -206,19 +220,70 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	return changed && len(cas) > 0, nil
 }
 
-func (a *Anchor) writeStore(ctx context.Context, data []byte) error {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Store.Namespace, Name: a.Store.Name}}
-	_, err := controllerutil.CreateOrUpdate(ctx, a.Client, cm, func() error {
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
+// writeStore makes the store hold cas (whose PEM is data) and their seals;
+// true when it held something else.
+func (a *Anchor) writeStore(ctx context.Context, cas []*x509.Certificate, data []byte) (bool, error) {
+	seals := ""
+	if a.Seal != nil {
+		var err error
+		if seals, err = a.Seal.Sign(ctx, a.Name, cas); err != nil {
+			return false, err
 		}
-		cm.Data[StoreKey] = string(data)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Store.Namespace, Name: a.Store.Name}}
+	res, err := controllerutil.CreateOrUpdate(ctx, a.Client, cm, func() error {
+		cm.Data = map[string]string{StoreKey: string(data)}
+		if seals != "" {
+			cm.Data[SealKey] = seals
+		}
+		cm.BinaryData = nil
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("write trust store %s: %w", a.Store, err)
+		return false, fmt.Errorf("write trust store %s: %w", a.Store, err)
 	}
-	return nil
+	return res == controllerutil.OperationResultUpdated, nil
+}
+
+// remembered are the CAs of the store that vs-controller saw in the CA
+// Secret: sealed (Seal) and CA certificates. Everything else in the store
+// is refused: logged, counted (trust_store_refused_total) and reported as
+// a Warning Event on the ConfigMap.
+func (a *Anchor) remembered(ctx context.Context, cm *corev1.ConfigMap) ([]*x509.Certificate, error) {
+	certs, bad := ParseBundle([]byte(cm.Data[StoreKey]))
+	if bad != nil {
+		a.Log.Info("trust store holds unusable certificates; they are left out", "anchor", a.Name, "store", a.Store.String(), "problem", bad.Error())
+	}
+	if len(certs) == 0 {
+		return nil, nil
+	}
+	sealed := make([]bool, len(certs))
+	if a.Seal != nil {
+		var err error
+		if sealed, err = a.Seal.Sealed(ctx, a.Name, certs, cm.Data[SealKey]); err != nil {
+			return nil, err
+		}
+	}
+	var out []*x509.Certificate
+	for i, c := range certs {
+		problem := caProblem(c)
+		if problem == "" && !sealed[i] {
+			problem = "not sealed by vs-controller: never seen in the CA Secret " + a.Secret.String()
+		}
+		if problem == "" {
+			out = append(out, c)
+			continue
+		}
+		metrics.TrustStoreRefused.WithLabelValues(a.Name).Inc()
+		a.Log.Info("trust store entry refused: the store remembers CAs, it never adds one", "anchor", a.Name, "store", a.Store.String(),
+			"subject", skrclient.Bounded(c.Subject.String()), "fingerprint", Fingerprint(c), "problem", problem)
+		if a.Recorder != nil {
+			obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Store.Namespace, Name: a.Store.Name}}
+			a.Recorder.Eventf(obj, corev1.EventTypeWarning, ReasonRefusedStoreEntry, "certificate %q (serial %s) not admitted to the %s trust bundle: %s",
+				skrclient.Bounded(c.Subject.String()), skrclient.Bounded(Fingerprint(c)), a.Name, problem)
+		}
+	}
+	return out, nil
 }
 
 func (a *Anchor) reportBad(problem string) {
@@ -263,15 +328,35 @@ func parseCA(s *corev1.Secret, now time.Time) (*x509.Certificate, string) {
 		return nil, key + " holds no certificate"
 	}
 	c := certs[0]
+	if p := caProblem(c); p != "" {
+		return nil, fmt.Sprintf("%s: %s", key, p)
+	}
+	if key == corev1.TLSCertKey && len(s.Data[corev1.TLSPrivateKeyKey]) > 0 {
+		// cert-manager's CA Secret: the certificate must be the key's.
+		if _, err := tls.X509KeyPair(data, s.Data[corev1.TLSPrivateKeyKey]); err != nil {
+			return nil, fmt.Sprintf("tls.crt %q is not the certificate of tls.key: %v", skrclient.Bounded(c.Subject.String()), err)
+		}
+	}
 	switch {
-	case !c.IsCA:
-		return nil, fmt.Sprintf("%s: %q is not a CA certificate", key, c.Subject.String())
 	case now.After(c.NotAfter):
 		return nil, fmt.Sprintf("%s: CA %q expired at %s", key, c.Subject.String(), c.NotAfter.UTC().Format(time.RFC3339))
 	case now.Before(c.NotBefore):
 		return nil, fmt.Sprintf("%s: CA %q is not valid before %s", key, c.Subject.String(), c.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return c, ""
+}
+
+// caProblem says why c may not be a trust anchor: a CA certificate has
+// valid basic constraints with CA true and, when it names key usages, may
+// sign certificates. "" when it may.
+func caProblem(c *x509.Certificate) string {
+	switch {
+	case !c.BasicConstraintsValid || !c.IsCA:
+		return fmt.Sprintf("%q is not a CA certificate (basic constraints CA=false or absent)", skrclient.Bounded(c.Subject.String()))
+	case c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageCertSign == 0:
+		return fmt.Sprintf("%q is not a CA certificate (its key usage does not include certificate signing)", skrclient.Bounded(c.Subject.String()))
+	}
+	return ""
 }
 
 // ParseBundle parses PEM CERTIFICATE blocks; bad reports the first block

@@ -27,6 +27,7 @@ import (
 var (
 	secretKey = types.NamespacedName{Namespace: "kcp-system", Name: "runtime-watcher-ca"}
 	storeKey  = types.NamespacedName{Namespace: "kcp-system", Name: "runtime-watcher-trust"}
+	sealKey   = types.NamespacedName{Namespace: "kcp-system", Name: "runtime-watcher-trust-seal"}
 )
 
 func setSecret(t *testing.T, c client.Client, data map[string][]byte) {
@@ -77,7 +78,8 @@ func TestRotationKeepsOldUntilUnused(t *testing.T) {
 	ca1, ca2 := newCA(t, "ca-1"), newCA(t, "ca-2")
 	inUse := map[string]bool{}
 	newAnchor := func() *trust.Anchor {
-		return &trust.Anchor{Name: "runtime-test", Client: c, Secret: secretKey, Store: storeKey, Log: logr.Discard(),
+		// A restart: a new Seal reads the key Secret the first one created.
+		return &trust.Anchor{Name: "runtime-test", Client: c, Secret: secretKey, Store: storeKey, Log: logr.Discard(), Seal: &trust.Seal{Client: c, Secret: sealKey},
 			InUse: func(_ context.Context, cas []*x509.Certificate) ([]bool, error) {
 				out := make([]bool, len(cas))
 				for i, ca := range cas {
@@ -259,16 +261,21 @@ func TestExpiredCALeavesTheBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A store that remembers an expired CA.
+	// A store that remembers an expired CA (vs-controller saw it).
+	seal := &trust.Seal{Client: c, Secret: sealKey}
+	seals, err := seal.Sign(context.Background(), "expiry-test", []*x509.Certificate{old.Cert})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Create(context.Background(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: storeKey.Namespace, Name: storeKey.Name},
-		Data:       map[string]string{trust.StoreKey: string(old.PEM)},
+		Data:       map[string]string{trust.StoreKey: string(old.PEM), trust.SealKey: seals},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	setSecret(t, c, map[string][]byte{"tls.crt": cur.PEM})
 	logger, lines := logLines()
-	a := &trust.Anchor{Name: "expiry-test", Client: c, Secret: secretKey, Store: storeKey, Log: logger}
+	a := &trust.Anchor{Name: "expiry-test", Client: c, Secret: secretKey, Store: storeKey, Log: logger, Seal: seal}
 	refresh(t, a)
 	if strings.Join(held(a), ",") != "current" {
 		t.Fatalf("held %v", held(a))

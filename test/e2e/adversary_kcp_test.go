@@ -1,0 +1,163 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
+	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+)
+
+// Attacks from inside the KCP on vs-controller's authority (issue 24,
+// docs/security.md "Threat model: the KCP"), against the real binaries:
+// somebody who may write ConfigMaps in the Kyma namespace, and a Watcher
+// author in another namespace.
+var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
+	var n sample
+
+	BeforeAll(func(ctx SpecContext) {
+		n = sample(env.Names())
+		pathReady(ctx, n)
+	})
+
+	// postAs posts an event for the sample runtime to the gateway with
+	// cert; the error of the request (a refused TLS handshake) or its
+	// status.
+	postAs := func(ctx context.Context, cert *pki.Leaf) (int, error) {
+		c, err := cert.TLS()
+		Expect(err).NotTo(HaveOccurred())
+		body, _ := json.Marshal(contract.WatchEvent{
+			Watched:    contract.ObjectKey{Namespace: n.SKRNamespace, Name: "forged-by-store-ca"},
+			WatchedGvk: contract.GroupVersionKind{Group: v1beta2.GroupVersion.Group, Version: "v1beta2", Kind: "Kyma"},
+		})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), bytes.NewReader(body))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := env.HTTPClient(&c).Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	has := func(cas []*x509.Certificate, c *x509.Certificate) bool {
+		for _, ca := range cas {
+			if ca.Equal(c) {
+				return true
+			}
+		}
+		return false
+	}
+
+	It("refuses a CA written into the trust store, after a restart of vs-controller", func(ctx SpecContext) {
+		te, ok := env.(e2e.TakeoverEnvironment)
+		Expect(ok).To(BeTrue(), "the environment cannot restart vs-controller")
+		evil, err := pki.NewCA("store attacker CA")
+		Expect(err).NotTo(HaveOccurred())
+		notCA, err := evil.Issue(pki.LeafOptions{CommonName: "store attacker leaf"})
+		Expect(err).NotTo(HaveOccurred())
+		forged, err := evil.Issue(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain}})
+		Expect(err).NotTo(HaveOccurred())
+		since := time.Now()
+
+		By("writing the attacker's CA and a certificate that is no CA into both trust stores")
+		stores := []string{trust.DefaultStore + "-runtime", trust.DefaultStore + "-gateway"}
+		for _, s := range stores {
+			cm := &corev1.ConfigMap{}
+			Expect(env.KCP().Get(ctx, client.ObjectKey{Namespace: n.KymaNamespace, Name: s}, cm)).To(Succeed())
+			cm.Data[trust.StoreKey] += string(evil.PEM) + string(notCA.CertPEM)
+			Expect(env.KCP().Update(ctx, cm)).To(Succeed())
+		}
+
+		By("restarting vs-controller on the poisoned stores")
+		Expect(te.Takeover().RestartController(ctx)).To(Succeed())
+		for _, s := range stores {
+			Eventually(func(g Gomega) bool {
+				cm := &corev1.ConfigMap{}
+				g.Expect(env.KCP().Get(ctx, client.ObjectKey{Namespace: n.KymaNamespace, Name: s}, cm)).To(Succeed())
+				return has(certs([]byte(cm.Data[trust.StoreKey])), evil.Cert)
+			}).Should(BeFalse(), "vs-controller rewrites the store %s without the attacker's CA", s)
+		}
+		// The runtime is served after the restart: a change reaches the
+		// operator, so the bundles below are those of the restarted
+		// vs-controller.
+		pathReady(ctx, n)
+		Eventually(func(g Gomega) {
+			g.Expect(has(clientCABundle(ctx, g, n), evil.Cert)).To(BeFalse(), "gateway client CA")
+			g.Expect(has(caBundleOf(ctx, g, n), evil.Cert)).To(BeFalse(), "SKR caBundle")
+			g.Expect(has(skrGatewayBundle(ctx, g, n), evil.Cert)).To(BeFalse(), "SKR ca.crt")
+			g.Expect(clientCABundle(ctx, g, n)).NotTo(BeEmpty())
+		}).Should(Succeed())
+
+		By("posting with a certificate the attacker's CA minted for the runtime")
+		status, err := postAs(ctx, forged)
+		Expect(err).To(HaveOccurred(), "the gateway answered %d to a certificate of the attacker's CA", status)
+		Consistently(func() []e2e.Event { return received.For(n.SKRNamespace, "forged-by-store-ca", since) }, quietPeriod).Should(BeEmpty())
+	})
+
+	It("gives a Watcher that lost its manager's route no webhook in the runtime", func(ctx SpecContext) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "team-x-"}}
+		Expect(env.KCP().Create(ctx, ns)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, ns))).To(Succeed()) })
+		// The sample Watcher owns the route of n.Manager on the gateway;
+		// this one claims it too, watching every write in the runtime.
+		thief := localenv.SampleWatcher()
+		thief.Namespace, thief.Name = ns.Name, "everything"
+		thief.Spec.ResourceToWatch = v1beta2.WatchableGVR{Group: "*", Version: "*", Resource: "*"}
+		thief.Spec.LabelsToWatch = nil
+		Expect(env.KCP().Create(ctx, thief)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, thief))).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			w := &v1beta2.Watcher{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(thief), w)).To(Succeed())
+			c := meta.FindStatusCondition(w.Status.Conditions, routing.ConditionVirtualService)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(routing.ReasonRouteConflict))
+			g.Expect(c.Message).To(ContainSubstring("no webhook in any runtime"))
+		}).Should(Succeed())
+
+		// A Watcher change after the thief's: once its webhook is in the
+		// runtime, the runtime was given the Watchers with the thief.
+		later := localenv.SampleWatcher()
+		later.Namespace, later.Name = ns.Name, "later"
+		later.Spec.Manager = "later-operator"
+		Expect(env.KCP().Create(ctx, later)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, later))).To(Succeed()) })
+		hooks := func(g Gomega) []string {
+			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Name: "skr-webhook"}, &vwc)).To(Succeed())
+			out := []string{}
+			for _, h := range vwc.Webhooks {
+				out = append(out, h.Name)
+			}
+			return out
+		}
+		Eventually(hooks).Should(ContainElement(later.WebhookName()))
+		Expect(hooks(Default)).To(And(ContainElement(n.KymaNamespace+"."+n.WatcherName+".operator.kyma-project.io"), Not(ContainElement(thief.WebhookName()))))
+
+		By("writing an object only the thief's rules would match")
+		since := time.Now()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: n.SKRNamespace, Name: "adversary-unwatched"}}
+		Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, cm))).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.SKR().Delete(ctx, cm))).To(Succeed()) })
+		Consistently(func() []e2e.Event { return received.For(n.SKRNamespace, cm.Name, since) }, quietPeriod).Should(BeEmpty())
+		pathReady(ctx, n)
+	})
+})
