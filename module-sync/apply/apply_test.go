@@ -18,6 +18,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -26,6 +27,14 @@ var (
 	cfg   *rest.Config
 	nsSeq int
 	bgCtx = context.Background()
+	// grant of the tests' SyncResources: the kinds they use, in "default"
+	// and every namespace made by namespace(t).
+	grant = grants.Grant{Name: "ModuleGrant kcp-system/test", Module: "test", Found: true, Spec: v1alpha1.ModuleGrantSpec{
+		Kinds: []v1alpha1.GrantedKind{
+			{Kind: "ConfigMap"}, {Kind: "Secret"}, {Group: "example.com", Kind: "Widget"}, {Group: "operator.kyma-project.io", Kind: "Kyma"},
+		},
+		Namespaces: []string{"default"},
+	}}
 )
 
 func TestMain(m *testing.M) {
@@ -57,6 +66,7 @@ func namespace(t *testing.T) string {
 	if err := skr.Create(bgCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	grant.Spec.Namespaces = append(grant.Spec.Namespaces, ns)
 	return ns
 }
 
@@ -82,7 +92,7 @@ func syncResource(name string, items ...v1alpha1.SyncItem) *v1alpha1.SyncResourc
 // pass runs Apply and stores the items in status, as the reconciler does.
 func pass(t *testing.T, sr *v1alpha1.SyncResource) apply.Result {
 	t.Helper()
-	res := apply.Apply(bgCtx, skr, sr)
+	res := apply.Apply(bgCtx, skr, grant, sr)
 	sr.Status.Items = res.Items
 	return res
 }
@@ -118,7 +128,9 @@ func absent(t *testing.T, ns, name string) bool {
 
 func TestStrategies(t *testing.T) {
 	ns := namespace(t)
-	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns}}); err != nil {
+	// As if module-sync had created it for this SyncResource earlier.
+	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns,
+		Annotations: map[string]string{apply.OwnerAnnotation: "kcp-system/strategies"}}}); err != nil {
 		t.Fatal(err)
 	}
 	sr := syncResource("strategies",
@@ -287,7 +299,7 @@ func TestBadItemsDoNotStopOthers(t *testing.T) {
 	}
 
 	t.Run("only refused items: Warning, no retry", func(t *testing.T) {
-		res := apply.Apply(bgCtx, skr, syncResource("refused", sr.Spec.Items[0], sr.Spec.Items[7]))
+		res := apply.Apply(bgCtx, skr, grant, syncResource("refused", sr.Spec.Items[0], sr.Spec.Items[7]))
 		if st, cond := res.Summary(); st != v1alpha1.StateWarning || cond.Reason != "ItemsRefused" || res.Retry {
 			t.Errorf("summary %s %+v retry=%v", st, cond, res.Retry)
 		}
@@ -341,8 +353,8 @@ func TestCleanup(t *testing.T) {
 	// right after an item was added): CreateAndSync items of the spec are
 	// cleaned up too.
 	sr.Spec.Items = append(sr.Spec.Items, item("late", v1alpha1.CreateAndSync, configMap(ns, "late", "1")))
-	apply.Apply(bgCtx, skr, sr) // status not stored
-	if err := apply.Cleanup(bgCtx, skr, sr); err != nil {
+	apply.Apply(bgCtx, skr, grant, sr) // status not stored
+	if err := apply.Cleanup(bgCtx, skr, grant, sr); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"synced", "ignored", "late"} {
@@ -352,7 +364,7 @@ func TestCleanup(t *testing.T) {
 	}
 	getConfigMap(t, ns, "foreign")
 	getConfigMap(t, ns, "others")
-	if err := apply.Cleanup(bgCtx, skr, sr); err != nil {
+	if err := apply.Cleanup(bgCtx, skr, grant, sr); err != nil {
 		t.Errorf("a second cleanup: %v", err)
 	}
 }
@@ -375,7 +387,7 @@ func TestUnreachableRuntime(t *testing.T) {
 		{Name: "gone", State: v1alpha1.ItemReady, Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "gone"}},
 	}
 	start := time.Now()
-	res := apply.Apply(bgCtx, c, sr)
+	res := apply.Apply(bgCtx, c, grant, sr)
 	if res.Unreachable == nil || !res.Retry {
 		t.Fatalf("unreachable runtime not reported: %+v", res)
 	}
@@ -394,7 +406,7 @@ func TestUnreachableRuntime(t *testing.T) {
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("an unreachable runtime took %v: more than one attempt", d)
 	}
-	if err := apply.Cleanup(bgCtx, c, sr); err == nil {
+	if err := apply.Cleanup(bgCtx, c, grant, sr); err == nil {
 		t.Error("Cleanup succeeded against an unreachable runtime")
 	}
 }

@@ -63,6 +63,7 @@ import (
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources/status,verbs=update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources/finalizers,verbs=update
+// +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=modulegrants,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch
 
 // Defaults of Options.

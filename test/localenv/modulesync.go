@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -38,6 +39,28 @@ var SampleGVR = schema.GroupVersionResource{Group: "sample.kyma-project.io", Ver
 // SampleCRDPath is the demo Module CRD.
 func SampleCRDPath() string {
 	return filepath.Join(testenv.RepoRoot(), "manifests", "samples", "module-sync", "sample-module-crd.yaml")
+}
+
+// SampleGrantPath is the demo module's ModuleGrant.
+func SampleGrantPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "samples", "module-sync", "sample-modulegrant.yaml")
+}
+
+// createSampleGrant creates the demo module's ModuleGrant in the KCP.
+func (s *System) createSampleGrant(ctx context.Context) error {
+	b, err := os.ReadFile(SampleGrantPath())
+	if err != nil {
+		return err
+	}
+	mg := &v1alpha1.ModuleGrant{}
+	if err := yaml.UnmarshalStrict(b, mg); err != nil {
+		return fmt.Errorf("%s: %w", SampleGrantPath(), err)
+	}
+	mg.Namespace = KymaNamespace
+	if err := s.KCP.Client.Create(ctx, mg); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 // installSampleCRD installs the demo Module CRD in the SKR and waits until
