@@ -37,7 +37,7 @@ func main() {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "use leader election (the controllers run on one replica; the listener serves and is ready on every replica, one that does not lead answers events 503 with Retry-After)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	fs.StringVar(&o.KymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, their kubeconfig Secrets, ModuleConfigs, SyncResources and module-sync's Watchers")
-	fs.StringVar(&moduleResources, "module-resources", "", "the SKR resources that are Module CRs: [module=]group/version/resource[,…] (version * = preferred; module defaults to the kind in lower case; required)")
+	fs.StringVar(&moduleResources, "module-resources", "", "the SKR resources that are Module CRs: module=group/version/resource[,…] (version * = preferred; the module name is required: it is never taken from a runtime; required)")
 	fs.StringVar(&o.ListenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
 	fs.StringVar(&o.Manager, "manager", controllers.DefaultManager, "manager name of the Watchers and the event path (a DNS-1123 label)")
 	fs.StringVar(&serviceName, "service-name", "module-sync", "Watchers' serviceInfo: the Service of the listener, in --kyma-namespace")

@@ -270,7 +270,7 @@ func TestBadItemsDoNotStopOthers(t *testing.T) {
 		state v1alpha1.ItemState
 		msg   string
 	}{
-		"secret":          {v1alpha1.ItemRefused, "Secrets are not synced"},
+		"secret":          {v1alpha1.ItemRefused, "secrets are not synced"},
 		"no-crd":          {v1alpha1.ItemError, "no such kind in the runtime: example.com/v1, Kind=Widget"},
 		"no-name":         {v1alpha1.ItemError, "metadata.name must be set"},
 		"no-kind":         {v1alpha1.ItemError, "apiVersion and kind must be set"},

@@ -148,9 +148,9 @@ func (o *Options) defaults() {
 // MaxModuleResources bounds --module-resources.
 const MaxModuleResources = 64
 
-// ParseModuleResources parses "[module=]group/version/resource[,…]"
-// (version "*": the preferred version; module: the module's name, by
-// default the kind in lower case).
+// ParseModuleResources parses "module=group/version/resource[,…]"
+// (version "*": the preferred version; module: the module's name, required:
+// it is never taken from a runtime).
 func ParseModuleResources(s string) ([]mirror.ModuleResource, error) {
 	var out []mirror.ModuleResource
 	seen := map[schema.GroupResource]bool{}
@@ -160,12 +160,14 @@ func ParseModuleResources(s string) ([]mirror.ModuleResource, error) {
 			continue
 		}
 		var r mirror.ModuleResource
-		if name, rest, ok := strings.Cut(part, "="); ok {
-			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-				return nil, fmt.Errorf("module name %q: %s", name, strings.Join(errs, "; "))
-			}
-			r.Module, part = name, rest
+		name, rest, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q names no module: write module=group/version/resource", part)
 		}
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return nil, fmt.Errorf("module name %q: %s", name, strings.Join(errs, "; "))
+		}
+		r.Module, part = name, rest
 		f := strings.Split(part, "/")
 		if len(f) != 3 || f[1] == "" || f[2] == "" {
 			return nil, fmt.Errorf("%q is not group/version/resource", part)

@@ -74,7 +74,7 @@ func (g Grant) CheckKind(gk schema.GroupKind) error {
 	return nil
 }
 
-var errSecret = errors.New("Secrets are not synced: a SyncResource must not carry sensitive data (it is stored in the KCP)")
+var errSecret = errors.New("secrets are not synced: a SyncResource must not carry sensitive data (it is stored in the KCP)")
 
 func (g Grant) notFound() error {
 	return fmt.Errorf("no %s: the module may write nothing in the runtimes until the platform grants it", g.Name)
