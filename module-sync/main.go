@@ -54,6 +54,7 @@ func main() {
 	fs.DurationVar(&o.RetryMax, "retry-max", controllers.DefaultRetryMax, "longest delay of that backoff")
 	fs.DurationVar(&o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.IntVar(&o.Workers, "workers", 8, "runtimes mirrored and SyncResources applied in parallel (each)")
+	fs.DurationVar(&o.PassTimeout, "pass-timeout", 0, "deadline of one pass over a runtime (mirror or apply); default 3 × --skr-timeout")
 	fs.Float64Var(&qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&burst, "kube-api-burst", 100, "KCP client burst")
 	showVersion := version.BindFlag(fs)

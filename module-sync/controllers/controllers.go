@@ -116,6 +116,9 @@ type Options struct {
 	// per controller.
 	SKRTimeout time.Duration
 	Workers    int
+	// PassTimeout bounds one pass over a runtime (mirror or apply): a
+	// runtime that answers slowly cannot hold a worker longer.
+	PassTimeout time.Duration
 }
 
 func (o *Options) defaults() {
@@ -142,6 +145,9 @@ func (o *Options) defaults() {
 	}
 	if o.SKRTimeout <= 0 {
 		o.SKRTimeout = skrclient.DefaultTimeout
+	}
+	if o.PassTimeout <= 0 {
+		o.PassTimeout = 3 * o.SKRTimeout
 	}
 }
 
@@ -257,11 +263,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		return nil, err
 	}
 	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), Namespace: o.KymaNamespace, Clients: clients}
+	turns := &pacing.Turns{}
 	mr := &moduleconfigs.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.MirrorInterval,
 		Mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Conflicts: pacing.NewBackoff(50*time.Millisecond, o.RetryMax),
 		KymaNamespace: o.KymaNamespace, ConfirmDelay: o.ConfirmDelay, Workers: o.Workers,
+		Turns: turns, PassTimeout: o.PassTimeout,
 	}
 	if err := mr.SetupWithManager(mgr, l.Events()); err != nil {
 		return nil, err
@@ -269,6 +277,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	sr := &syncresources.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.DriftInterval,
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Workers: o.Workers,
+		Turns: turns, PassTimeout: o.PassTimeout,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
 		return nil, err

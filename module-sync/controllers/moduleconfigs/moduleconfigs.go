@@ -49,6 +49,10 @@ type Reconciler struct {
 	// again this much later (0: only at once). See enqueueRuntime.
 	ConfirmDelay time.Duration
 	Workers      int
+	// Turns (shared with the SyncResource controller) lets one pass per
+	// runtime run at a time; PassTimeout bounds a pass.
+	Turns       *pacing.Turns
+	PassTimeout time.Duration
 }
 
 // SetupWithManager registers the controller; events are the listener's.
@@ -115,6 +119,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, nil
 	}
+	release, ok := r.Turns.Take(key)
+	if !ok {
+		metrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
+		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
 	id := identity.RuntimeIDOf(kyma)
 	skr, err := r.Runtimes.For(ctx, id)
 	if err != nil {

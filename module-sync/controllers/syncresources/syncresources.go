@@ -57,6 +57,10 @@ type Reconciler struct {
 	Workers  int
 	// RBAC renders each module's grant into the runtimes.
 	RBAC grants.Renderer
+	// Turns (shared with the mirror controller) lets one pass per runtime
+	// run at a time; PassTimeout bounds the runtime's part of a pass.
+	Turns       *pacing.Turns
+	PassTimeout time.Duration
 	now  func() metav1.Time
 }
 
@@ -114,6 +118,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	release, ok := r.Turns.Take(sr.Namespace + "/" + sr.Spec.Kyma)
+	if !ok {
+		metrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
+		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
+	}
+	defer release()
 	if sr.DeletionTimestamp != nil {
 		return r.finalize(ctx, key, sr)
 	}
@@ -124,7 +134,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 
-	skr, grant, kymaGone, rbacErr, err := r.skrOf(ctx, sr)
+	pass, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
+	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
 	if err != nil {
 		reason := "RuntimeUnreachable"
 		if kymaGone {
@@ -144,7 +156,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 
-	res := apply.Apply(ctx, skr, grant, sr)
+	res := apply.Apply(pass, skr, grant, sr)
 	if rbacErr != nil {
 		ctrl.LoggerFrom(ctx).Error(rbacErr, "module RBAC not written; retrying")
 		res.Retry = true
@@ -222,9 +234,11 @@ func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.Sync
 	if !controllerutil.ContainsFinalizer(sr, Finalizer) {
 		return reconcile.Result{}, nil
 	}
-	skr, grant, kymaGone, rbacErr, err := r.skrOf(ctx, sr)
+	pass, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
+	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
 	if err == nil {
-		err = errors.Join(apply.Cleanup(ctx, skr, grant, sr), rbacErr)
+		err = errors.Join(apply.Cleanup(pass, skr, grant, sr), rbacErr)
 	}
 	// Without its Kyma or its kubeconfig Secret the runtime is considered
 	// gone (as vs-controller does): nothing left to remove.
