@@ -43,6 +43,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/untrusted"
 )
 
 const (
@@ -206,7 +207,7 @@ func Apply(ctx context.Context, skr client.Client, grant grants.Grant, sr *v1alp
 			}
 			res.Retry = true
 			res.Items = append(res.Items, v1alpha1.ItemStatus{Name: name, State: v1alpha1.ItemError, Object: it.Object,
-				Message: "removed from the spec; deleting the object failed: " + err.Error()})
+				Message: "removed from the spec; deleting the object failed: " + untrusted.Cut(err.Error())})
 		}
 	}
 	for _, ref := range stale {
@@ -529,12 +530,12 @@ func ptr[T any](v T) *T { return &v }
 // apiError turns an error of the runtime's API into an item error; its
 // message keeps the API server's words.
 func apiError(op string, err error) *itemError {
-	e := &itemError{state: v1alpha1.ItemError, msg: op + ": " + err.Error()}
+	e := &itemError{state: v1alpha1.ItemError, msg: op + ": " + untrusted.Cut(err.Error())}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		e.permanent = true
 	}
 	if isUnreachableErr(err) {
-		e.msg = "the runtime cannot be reached: " + err.Error()
+		e.msg = "the runtime cannot be reached: " + untrusted.Cut(err.Error())
 		e.state = v1alpha1.ItemError
 		e.permanent = false
 		e.unreachable = true

@@ -29,6 +29,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -41,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
@@ -233,9 +235,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 			DefaultNamespaces: map[string]cache.Config{o.KymaNamespace: {}},
 			ByObject: map[client.Object]cache.ByObject{
 				identity.NewKyma(): {Transform: identity.TrimKyma},
-				// Only the kubeconfig Secrets are read; other Secrets of
-				// the namespace are cached without their data.
-				&corev1.Secret{}: {Transform: trimSecret},
+				// Least privilege (docs/security.md): only Secrets labelled
+				// as Runtime Watcher's are cached and watched, and of them
+				// only the kubeconfig of kubeconfig-<runtime-id> Secrets is
+				// kept; an unlabelled kubeconfig Secret is read by name
+				// (runtimeclient.Clients.APIReader).
+				&corev1.Secret{}: {Transform: trimSecret, Label: labels.SelectorFromSet(labels.Set{contract.LabelPartOf: contract.PartOf})},
 			},
 		},
 	})
@@ -262,7 +267,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	}}); err != nil {
 		return nil, err
 	}
-	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), Namespace: o.KymaNamespace, Clients: clients}
+	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: o.KymaNamespace, Clients: clients}
 	turns := &pacing.Turns{}
 	mr := &moduleconfigs.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.MirrorInterval,

@@ -41,6 +41,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/untrusted"
 )
 
 const (
@@ -264,16 +265,8 @@ func readModule(ctx context.Context, skr client.Client, r ModuleResource) (*modu
 	return cr, nil
 }
 
-// maxNameInMessage bounds a runtime-chosen name in a message.
-const maxNameInMessage = 256
-
-// bounded cuts s, which the runtime chose, to maxNameInMessage bytes.
-func bounded(s string) string {
-	if len(s) <= maxNameInMessage {
-		return s
-	}
-	return s[:maxNameInMessage] + "…"
-}
+// bounded cuts s, which the runtime chose.
+func bounded(s string) string { return untrusted.Cut(s) }
 
 func key(u *unstructured.Unstructured) string {
 	if u.GetNamespace() == "" {

@@ -39,8 +39,13 @@ var ErrNoKubeconfig = errors.New("no kubeconfig Secret")
 
 // Clients gives the client of a Kyma's runtime.
 type Clients struct {
-	// Reader reads the kubeconfig Secrets in Namespace.
+	// Reader reads the kubeconfig Secrets in Namespace: the manager's
+	// cache, which holds only Secrets labelled contract.LabelPartOf
+	// (least privilege, docs/security.md). APIReader, when set, reads a
+	// kubeconfig Secret the cache does not hold (nobody labelled it) from
+	// the API server, by name, at every pass (as vs-controller does).
 	Reader    client.Reader
+	APIReader client.Reader
 	Namespace string
 	Clients   skrclient.ClusterClients
 }
@@ -64,6 +69,9 @@ func (r *Clients) Key(runtimeID string) string { return r.Namespace + "/" + runt
 
 func (r *Clients) client(ctx context.Context, runtimeID, user string) (client.Client, error) {
 	kubeconfig, err := skrclient.Kubeconfig(ctx, r.Reader, r.Namespace, runtimeID)
+	if err == nil && kubeconfig == nil && r.APIReader != nil {
+		kubeconfig, err = skrclient.Kubeconfig(ctx, r.APIReader, r.Namespace, runtimeID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read kubeconfig Secret %s: %w", skrclient.SecretName(runtimeID), err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/untrusted"
 )
 
 // Reconciler mirrors one runtime (a Kyma, the work item) per pass.
@@ -135,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			result = "no-kubeconfig"
 		}
 		metrics.MirrorPasses.WithLabelValues(result).Inc()
-		log.Info("runtime not mirrored", "runtimeID", id, "reason", err.Error())
+		log.Info("runtime not mirrored", "runtimeID", id, "reason", untrusted.Cut(err.Error()))
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	res, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
@@ -147,7 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: r.Conflicts.When(key)}, nil
 		}
-		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", err.Error())
+		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", untrusted.Cut(err.Error()))
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	r.Conflicts.Forget(key)

@@ -33,6 +33,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/untrusted"
 )
 
 // Finalizer of every SyncResource module-sync applies: removed once what
@@ -146,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		metrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(),
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: untrusted.Cut(err.Error()),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}
@@ -158,7 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	res := apply.Apply(pass, skr, grant, sr)
 	if rbacErr != nil {
-		ctrl.LoggerFrom(ctx).Error(rbacErr, "module RBAC not written; retrying")
+		ctrl.LoggerFrom(ctx).Info("module RBAC not written; retrying", "error", untrusted.Cut(rbacErr.Error()))
 		res.Retry = true
 	}
 	for _, it := range res.Items {
@@ -245,7 +246,7 @@ func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.Sync
 	if err != nil && !kymaGone && !errors.Is(err, runtimeclient.ErrNoKubeconfig) {
 		metrics.SyncReconciles.WithLabelValues("retry").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateDeleting, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: err.Error(),
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: untrusted.Cut(err.Error()),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}
