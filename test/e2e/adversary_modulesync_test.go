@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -31,11 +32,16 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 	const within = 10 * time.Second
 	var ms e2e.ModuleSyncEnvironment
 
-	BeforeAll(func() {
+	BeforeAll(func(ctx SpecContext) {
 		var ok bool
 		if ms, ok = env.(e2e.ModuleSyncEnvironment); !ok {
 			Fail("the " + envName() + " environment does not deploy module-sync: leave out the adversary label there")
 		}
+		// The example module manager's SyncResource (the victim of the
+		// attacks on SyncResources) exists once the demo Module CR does.
+		Expect(ms.SetSample(ctx, "adversary", 1)).To(Succeed())
+		Eventually(func() error { return env.KCP().Get(ctx, localenv.SampleModuleConfig(), &v1alpha1.SyncResource{}) }).
+			WithTimeout(2*time.Minute).Should(Succeed(), "the example module manager wrote no SyncResource")
 	})
 
 	// attack creates a SyncResource of module sample with items and waits
@@ -141,45 +147,42 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 	})
 
 	It("takes the module name from its configuration, not from the SKR's Kind", func(ctx SpecContext) {
-		// The SKR owner renames the Module CRD's kind to that of another
-		// module; module-sync keeps mirroring it as module "sample".
-		crd := &apiextensionsv1.CustomResourceDefinition{}
+		// The SKR owner re-creates the Module CRD (its Kind is immutable)
+		// with the Kind of another module; module-sync keeps mirroring the
+		// configured resource as module "sample".
 		key := client.ObjectKey{Name: localenv.SampleGVR.GroupResource().String()}
-		Expect(env.SKR().Get(ctx, key, crd)).To(Succeed())
-		original := crd.Spec.Names
-		crd.Spec.Names.Kind, crd.Spec.Names.ListKind, crd.Spec.Names.Singular = "Serverless", "ServerlessList", "serverless"
-		Expect(env.SKR().Update(ctx, crd)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) {
-			Eventually(func() error {
-				crd := &apiextensionsv1.CustomResourceDefinition{}
-				if err := env.SKR().Get(ctx, key, crd); err != nil {
-					return err
-				}
-				crd.Spec.Names = original
-				return env.SKR().Update(ctx, crd)
-			}).WithTimeout(within).Should(Succeed())
+		replace := func(ctx context.Context, mutate func(*apiextensionsv1.CustomResourceDefinition)) {
+			old := &apiextensionsv1.CustomResourceDefinition{}
+			Expect(env.SKR().Get(ctx, key, old)).To(Succeed())
+			Expect(env.SKR().Delete(ctx, old)).To(Succeed())
+			Eventually(func() bool { return apierrors.IsNotFound(env.SKR().Get(ctx, key, &apiextensionsv1.CustomResourceDefinition{})) }).
+				WithTimeout(time.Minute).Should(BeTrue())
+			crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: old.Name}, Spec: old.Spec}
+			mutate(crd)
+			Expect(env.SKR().Create(ctx, crd)).To(Succeed())
+			Eventually(func(g Gomega) {
+				got := &apiextensionsv1.CustomResourceDefinition{}
+				g.Expect(env.SKR().Get(ctx, key, got)).To(Succeed())
+				g.Expect(got.Status.AcceptedNames.Kind).To(Equal(crd.Spec.Names.Kind))
+			}).WithTimeout(time.Minute).Should(Succeed())
+		}
+		original := &apiextensionsv1.CustomResourceDefinition{}
+		Expect(env.SKR().Get(ctx, key, original)).To(Succeed())
+		replace(ctx, func(crd *apiextensionsv1.CustomResourceDefinition) {
+			crd.Spec.Names.Kind, crd.Spec.Names.ListKind, crd.Spec.Names.Singular = "Serverless", "ServerlessList", "serverless"
 		})
-		Eventually(func(g Gomega) {
-			got := &apiextensionsv1.CustomResourceDefinition{}
-			g.Expect(env.SKR().Get(ctx, key, got)).To(Succeed())
-			g.Expect(got.Status.AcceptedNames.Kind).To(Equal("Serverless"))
-		}).WithTimeout(within).Should(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			replace(ctx, func(crd *apiextensionsv1.CustomResourceDefinition) { crd.Spec.Names = original.Spec.Names })
+			Eventually(func() error { return ms.SetSample(ctx, "restored", 1) }).WithTimeout(within).Should(Succeed())
+		})
 
-		// An edit after the rename reaches the ModuleConfig of "sample".
-		greeting := fmt.Sprintf("renamed-%d", time.Now().UnixNano())
-		Eventually(func(g Gomega) {
-			cr := &unstructured.Unstructured{}
-			cr.SetAPIVersion(localenv.SampleGVR.GroupVersion().String())
-			cr.SetKind("Serverless")
-			list := &unstructured.UnstructuredList{}
-			list.SetAPIVersion(cr.GetAPIVersion())
-			list.SetKind("ServerlessList")
-			g.Expect(env.SKR().List(ctx, list)).To(Succeed())
-			g.Expect(list.Items).NotTo(BeEmpty())
-			cr = &list.Items[0]
-			g.Expect(unstructured.SetNestedField(cr.Object, greeting, "spec", "greeting")).To(Succeed())
-			g.Expect(env.SKR().Update(ctx, cr)).To(Succeed())
-		}).WithTimeout(within).Should(Succeed())
+		greeting := fmt.Sprintf("spoofed-%d", time.Now().UnixNano())
+		cr := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"greeting": greeting}}}
+		cr.SetAPIVersion(localenv.SampleGVR.GroupVersion().String())
+		cr.SetKind("Serverless")
+		cr.SetNamespace(localenv.SKRNamespace)
+		cr.SetName("default")
+		Eventually(func() error { return env.SKR().Create(ctx, cr) }).WithTimeout(within).Should(Succeed())
 		Eventually(func(g Gomega) {
 			mc := &v1alpha1.ModuleConfig{}
 			g.Expect(env.KCP().Get(ctx, localenv.SampleModuleConfig(), mc)).To(Succeed())
