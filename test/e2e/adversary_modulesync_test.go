@@ -155,7 +155,9 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 			old := &apiextensionsv1.CustomResourceDefinition{}
 			Expect(env.SKR().Get(ctx, key, old)).To(Succeed())
 			Expect(env.SKR().Delete(ctx, old)).To(Succeed())
-			Eventually(func() bool { return apierrors.IsNotFound(env.SKR().Get(ctx, key, &apiextensionsv1.CustomResourceDefinition{})) }).
+			Eventually(func() bool {
+				return apierrors.IsNotFound(env.SKR().Get(ctx, key, &apiextensionsv1.CustomResourceDefinition{}))
+			}).
 				WithTimeout(time.Minute).Should(BeTrue())
 			crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: old.Name}, Spec: old.Spec}
 			mutate(crd)

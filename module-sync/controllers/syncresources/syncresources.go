@@ -62,7 +62,7 @@ type Reconciler struct {
 	// run at a time; PassTimeout bounds the runtime's part of a pass.
 	Turns       *pacing.Turns
 	PassTimeout time.Duration
-	now  func() metav1.Time
+	now         func() metav1.Time
 }
 
 // SetupWithManager registers the controller and the index of SyncResources
