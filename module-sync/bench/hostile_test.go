@@ -140,7 +140,8 @@ func fleet(b *testing.B, hostile bool) time.Duration {
 	mgr, err := controllers.New(ctx, &cfg, controllers.Options{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", KymaNamespace: kymaNS, ListenAddr: "127.0.0.1:0",
 		// One listener per manager name registers metrics: one name per run.
-		Manager: fmt.Sprintf("module-sync-%v", hostile),
+		Manager:            fmt.Sprintf("module-sync-%v", hostile),
+		SkipNameValidation: true,
 		ModuleResources: []mirror.ModuleResource{{Module: "bench", GroupVersionResource: schema.GroupVersionResource{
 			Group: "bench.kyma-project.io", Version: "v1", Resource: "modules"}}},
 		Service:        v1beta2.Service{Name: "module-sync", Namespace: kymaNS, Port: 8082},

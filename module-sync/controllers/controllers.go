@@ -38,6 +38,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -121,6 +122,9 @@ type Options struct {
 	// PassTimeout bounds one pass over a runtime (mirror or apply): a
 	// runtime that answers slowly cannot hold a worker longer.
 	PassTimeout time.Duration
+	// SkipNameValidation lets a process build more than one manager (tests,
+	// benchmarks).
+	SkipNameValidation bool
 }
 
 func (o *Options) defaults() {
@@ -231,6 +235,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		LeaderElectionID:        "module-sync.operator.kyma-project.io",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 		GracefulShutdownTimeout: ptr.To(10 * time.Second),
+		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.KymaNamespace: {}},
 			ByObject: map[client.Object]cache.ByObject{
