@@ -40,7 +40,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.BoolVar(&c.o.LeaderElection, "leader-elect", false, "use leader election (the controllers run on one replica; the listener serves and is ready on every replica, one that does not lead answers events 503 with Retry-After)")
 	fs.StringVar(&c.o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	fs.StringVar(&c.o.KymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, their kubeconfig Secrets, ModuleConfigs, SyncResources and module-sync's Watchers")
-	fs.StringVar(&c.moduleResources, "module-resources", "", "the SKR resources that are Module CRs: [module=]group/version/resource[,…] (version * = preferred; module defaults to the kind in lower case; required)")
+	fs.StringVar(&c.moduleResources, "module-resources", "", "the SKR resources that are Module CRs: module=group/version/resource[,…] (version * = preferred; the module name is required: it is never taken from a runtime; required)")
 	fs.StringVar(&c.o.ListenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
 	fs.StringVar(&c.o.Manager, "manager", controllers.DefaultManager, "manager name of the Watchers and the event path (a DNS-1123 label)")
 	fs.StringVar(&c.serviceName, "service-name", "module-sync", "Watchers' serviceInfo: the Service of the listener, in --kyma-namespace")
@@ -57,6 +57,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.DurationVar(&c.o.RetryMax, "retry-max", controllers.DefaultRetryMax, "longest delay of that backoff")
 	fs.DurationVar(&c.o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.IntVar(&c.o.Workers, "workers", 8, "runtimes mirrored and SyncResources applied in parallel (each)")
+	fs.DurationVar(&c.o.PassTimeout, "pass-timeout", 0, "deadline of one pass over a runtime (mirror or apply); default 3 × --skr-timeout")
 	fs.Float64Var(&c.qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "KCP client burst")
 	if err := c.Parse(fs, args); err != nil || c.Version {

@@ -257,3 +257,19 @@ func TestBounded(t *testing.T) {
 		t.Error("BoundedError(nil) is not nil")
 	}
 }
+
+// FuzzBounded: whatever a runtime sends, Bounded keeps at most MaxText
+// bytes and valid UTF-8 valid.
+func FuzzBounded(f *testing.F) {
+	f.Add("x")
+	f.Add(strings.Repeat("€", 700))
+	f.Fuzz(func(t *testing.T, s string) {
+		got := skrclient.Bounded(s)
+		if len(got) > skrclient.MaxText {
+			t.Errorf("%d bytes", len(got))
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(got) {
+			t.Error("valid UTF-8 became invalid")
+		}
+	})
+}

@@ -1,7 +1,8 @@
 // Package v1alpha1 holds the module resource sync API (group
 // operator.kyma-project.io, docs/architecture.md §4.11): ModuleConfig, the KCP
-// mirror of a Module CR in a runtime, and SyncResource, the objects a module
-// manager wants in a runtime. The shapes follow Kyma's ADRs "KCP
+// mirror of a Module CR in a runtime, SyncResource, the objects a module
+// manager wants in a runtime, and ModuleGrant, what a module may write in
+// the runtimes (docs/security.md). The shapes follow Kyma's ADRs "KCP
 // ModuleConfig" and "KCP SyncResource".
 //
 // Module teams import this package into their module managers, so it depends
@@ -32,6 +33,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&ModuleConfig{}, &ModuleConfigList{},
 		&SyncResource{}, &SyncResourceList{},
+		&ModuleGrant{}, &ModuleGrantList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -36,6 +36,13 @@ type SyncItem struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:EmbeddedResource
 	Resource runtime.RawExtension `json:"resource"`
+	// Adopt lets a CreateAndSync item take over an object that exists in
+	// the runtime and was not created by this SyncResource: module-sync
+	// marks it as its own, applies it, and deletes it when the item leaves
+	// the spec or the SyncResource is deleted. Without it such an item is
+	// Refused and the object is left alone.
+	// +optional
+	Adopt bool `json:"adopt,omitempty"`
 	// Subresource, when set, carries a status written to the object's
 	// status subresource after the object (same apiVersion, kind and name
 	// as resource; only its status is used).
@@ -46,10 +53,22 @@ type SyncItem struct {
 }
 
 // SyncResourceSpec lists the objects a module manager wants in a runtime.
+//
+// +kubebuilder:validation:XValidation:rule="self.kyma == oldSelf.kyma",message="spec.kyma is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.module) || (has(self.module) && self.module == oldSelf.module)",message="spec.module is immutable"
 type SyncResourceSpec struct {
 	// Kyma is the name of the Kyma CR (in this namespace) of the runtime.
+	// Immutable.
 	// +kubebuilder:validation:MinLength=1
 	Kyma string `json:"kyma"`
+	// Module is the module the SyncResource belongs to: its ModuleGrant
+	// (same name, this namespace) bounds what module-sync writes for it.
+	// Without it nothing is written (every item is Refused). Immutable once
+	// set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Module string `json:"module,omitempty"`
 	// Items are the objects, each with a unique name.
 	// +optional
 	// +listType=map

@@ -42,6 +42,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
 const (
@@ -124,7 +126,10 @@ type target struct {
 
 // Apply makes the runtime hold what sr's items say and prunes objects of
 // items that left the spec (sr.Status.Items is the previous inventory).
-func Apply(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) Result {
+// skr should act as the module's user (grants.User), so that the runtime
+// itself refuses what grant does not allow; grant is also checked before
+// every call.
+func Apply(ctx context.Context, skr client.Client, grant grants.Grant, sr *v1alpha1.SyncResource) Result {
 	owner := sr.Namespace + "/" + sr.Name
 	prev := map[string]v1alpha1.ItemStatus{}
 	for _, it := range sr.Status.Items {
@@ -146,7 +151,7 @@ func Apply(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) Re
 			res.Items = append(res.Items, st)
 			continue
 		}
-		st, err := applyItem(ctx, skr, owner, item, old.Object)
+		st, err := applyItem(ctx, skr, grant, owner, item, old.Object)
 		if st.Object != nil {
 			current[*st.Object] = true
 		}
@@ -192,10 +197,17 @@ func Apply(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) Re
 				Message: "removed from the spec; not deleted yet: the runtime cannot be reached"})
 			continue
 		}
-		if err := deleteOwned(ctx, skr, owner, *it.Object); err != nil {
+		if err := deleteOwned(ctx, skr, grant, owner, *it.Object); err != nil {
+			var refused *refusal
+			if errors.As(err, &refused) {
+				// Left in the runtime; the inventory forgets it.
+				res.Items = append(res.Items, v1alpha1.ItemStatus{Name: name, State: v1alpha1.ItemRefused,
+					Message: "removed from the spec; not deleted: " + err.Error()})
+				continue
+			}
 			res.Retry = true
 			res.Items = append(res.Items, v1alpha1.ItemStatus{Name: name, State: v1alpha1.ItemError, Object: it.Object,
-				Message: "removed from the spec; deleting the object failed: " + err.Error()})
+				Message: "removed from the spec; deleting the object failed: " + skrclient.Bounded(err.Error())})
 		}
 	}
 	for _, ref := range stale {
@@ -203,16 +215,17 @@ func Apply(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) Re
 			continue
 		}
 		// Best effort: the item's inventory now names its new object.
-		_ = deleteOwned(ctx, skr, owner, ref)
+		_ = deleteOwned(ctx, skr, grant, owner, ref)
 	}
 	return res
 }
 
 // Cleanup deletes from the runtime what sr created: its inventory and the
 // objects of its CreateAndSync items, as far as they carry OwnerAnnotation
-// for sr. It returns an error while any deletion fails, so the caller keeps
-// its finalizer and retries.
-func Cleanup(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) error {
+// for sr and grant allows it (an object outside the grant is left in the
+// runtime). It returns an error while any deletion fails, so the caller
+// keeps its finalizer and retries.
+func Cleanup(ctx context.Context, skr client.Client, grant grants.Grant, sr *v1alpha1.SyncResource) error {
 	owner := sr.Namespace + "/" + sr.Name
 	seen := map[v1alpha1.ObjectReference]bool{}
 	var refs []v1alpha1.ObjectReference
@@ -237,7 +250,11 @@ func Cleanup(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) 
 	}
 	var errs []error
 	for _, ref := range refs {
-		if err := deleteOwned(ctx, skr, owner, ref); err != nil {
+		if err := deleteOwned(ctx, skr, grant, owner, ref); err != nil {
+			var refused *refusal
+			if errors.As(err, &refused) {
+				continue
+			}
 			errs = append(errs, fmt.Errorf("%s %s/%s: %w", ref.Kind, ref.Namespace, ref.Name, err))
 			if isUnreachableErr(err) {
 				break
@@ -247,16 +264,15 @@ func Cleanup(ctx context.Context, skr client.Client, sr *v1alpha1.SyncResource) 
 	return errors.Join(errs...)
 }
 
-func applyItem(ctx context.Context, skr client.Client, owner string, item v1alpha1.SyncItem, old *v1alpha1.ObjectReference) (v1alpha1.ItemStatus, *itemError) {
+func applyItem(ctx context.Context, skr client.Client, grant grants.Grant, owner string, item v1alpha1.SyncItem, old *v1alpha1.ObjectReference) (v1alpha1.ItemStatus, *itemError) {
 	st := v1alpha1.ItemStatus{Name: item.Name, State: v1alpha1.ItemReady}
 	t, err := parse(item.Resource)
 	if err != nil {
 		return st, err
 	}
 	gvk := t.obj.GroupVersionKind()
-	if isSecret(gvk) {
-		return st, &itemError{state: v1alpha1.ItemRefused, permanent: true,
-			msg: "Secrets are not synced: a SyncResource must not carry sensitive data (it is stored in the KCP)"}
+	if err := grant.CheckKind(gvk.GroupKind()); err != nil {
+		return st, refused(err)
 	}
 	namespaced, nerr := skr.IsObjectNamespaced(t.obj)
 	switch {
@@ -269,6 +285,9 @@ func applyItem(ctx context.Context, skr client.Client, owner string, item v1alph
 	case !namespaced && t.ref.Namespace != "":
 		return st, invalid("%s is cluster-scoped: metadata.namespace must not be set", gvk.Kind)
 	}
+	if err := grant.Check(gvk, namespaced, t.ref.Namespace, t.ref.Name); err != nil {
+		return st, refused(err)
+	}
 	var status map[string]any
 	if item.Subresource != nil && item.Strategy != v1alpha1.Delete {
 		if status, err = subresourceStatus(*item.Subresource, t); err != nil {
@@ -278,14 +297,32 @@ func applyItem(ctx context.Context, skr client.Client, owner string, item v1alph
 
 	switch item.Strategy {
 	case v1alpha1.Delete:
-		err := skr.Delete(ctx, t.obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if err != nil && !apierrors.IsNotFound(err) {
+		live, err := get(ctx, skr, t.ref)
+		switch {
+		case apierrors.IsNotFound(err):
+			st.Message = "absent"
+			return st, nil
+		case err != nil:
+			return st, apiError("get", err)
+		case live.GetAnnotations()[OwnerAnnotation] != owner:
+			return st, refused(errors.New("exists and was not created by this SyncResource: module-sync deletes only what it created"))
+		}
+		err = skr.Delete(ctx, live, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: ptr(live.GetUID())})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return st, apiError("delete", err)
 		}
 		st.Message = "absent"
 		return st, nil
 
 	case v1alpha1.CreateAndSync:
+		live, err := get(ctx, skr, t.ref)
+		switch {
+		case err == nil && live.GetAnnotations()[OwnerAnnotation] != owner && !item.Adopt:
+			return st, refused(errors.New("exists and was not created by this SyncResource; set adopt: true on the item to take it over"))
+		case err != nil && !apierrors.IsNotFound(err):
+			return st, apiError("get", err)
+		}
 		obj := forApply(t.obj, owner)
 		if err := skr.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 			return st, apiError("apply", err)
@@ -301,9 +338,7 @@ func applyItem(ctx context.Context, skr client.Client, owner string, item v1alph
 		return st, nil
 
 	case v1alpha1.CreateAndIgnore:
-		live := &unstructured.Unstructured{}
-		live.SetGroupVersionKind(gvk)
-		err := skr.Get(ctx, client.ObjectKey{Namespace: t.ref.Namespace, Name: t.ref.Name}, live)
+		live, err := get(ctx, skr, t.ref)
 		switch {
 		case err == nil:
 			if live.GetAnnotations()[OwnerAnnotation] == owner || (old != nil && *old == t.ref) {
@@ -368,6 +403,23 @@ func parse(ext runtime.RawExtension) (target, *itemError) {
 }
 
 func isSecret(gvk schema.GroupVersionKind) bool { return gvk.Group == "" && gvk.Kind == "Secret" }
+
+// refusal is an error of the grant check: the item is refused, not retried.
+type refusal struct{ error }
+
+func (r *refusal) Unwrap() error { return r.error }
+
+func refused(err error) *itemError {
+	return &itemError{state: v1alpha1.ItemRefused, permanent: true, msg: err.Error()}
+}
+
+// get reads the object ref names from the runtime.
+func get(ctx context.Context, skr client.Client, ref v1alpha1.ObjectReference) (*unstructured.Unstructured, error) {
+	live := &unstructured.Unstructured{}
+	live.SetAPIVersion(ref.APIVersion)
+	live.SetKind(ref.Kind)
+	return live, skr.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, live)
+}
 
 // forApply is the object without status and server-set metadata, annotated
 // with its owner.
@@ -436,13 +488,27 @@ func applyStatus(ctx context.Context, skr client.Client, t target, status map[st
 	return nil
 }
 
-// deleteOwned deletes the object if it carries owner in OwnerAnnotation;
-// an absent object or one owned by someone else counts as done.
-func deleteOwned(ctx context.Context, skr client.Client, owner string, ref v1alpha1.ObjectReference) error {
-	live := &unstructured.Unstructured{}
-	live.SetAPIVersion(ref.APIVersion)
-	live.SetKind(ref.Kind)
-	err := skr.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, live)
+// deleteOwned deletes the object if grant allows it and it carries owner
+// in OwnerAnnotation; an absent object or one owned by someone else counts
+// as done; an object outside the grant is a *refusal.
+func deleteOwned(ctx context.Context, skr client.Client, grant grants.Grant, owner string, ref v1alpha1.ObjectReference) error {
+	gvk := schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)
+	if err := grant.CheckKind(gvk.GroupKind()); err != nil {
+		return &refusal{err}
+	}
+	probe := &unstructured.Unstructured{}
+	probe.SetGroupVersionKind(gvk)
+	namespaced, err := skr.IsObjectNamespaced(probe)
+	switch {
+	case meta.IsNoMatchError(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := grant.Check(gvk, namespaced, ref.Namespace, ref.Name); err != nil {
+		return &refusal{err}
+	}
+	live, err := get(ctx, skr, ref)
 	switch {
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		return nil
@@ -464,12 +530,12 @@ func ptr[T any](v T) *T { return &v }
 // apiError turns an error of the runtime's API into an item error; its
 // message keeps the API server's words.
 func apiError(op string, err error) *itemError {
-	e := &itemError{state: v1alpha1.ItemError, msg: op + ": " + err.Error()}
+	e := &itemError{state: v1alpha1.ItemError, msg: op + ": " + skrclient.Bounded(err.Error())}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		e.permanent = true
 	}
 	if isUnreachableErr(err) {
-		e.msg = "the runtime cannot be reached: " + err.Error()
+		e.msg = "the runtime cannot be reached: " + skrclient.Bounded(err.Error())
 		e.state = v1alpha1.ItemError
 		e.permanent = false
 		e.unreachable = true

@@ -19,6 +19,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -29,6 +30,14 @@ var (
 	nsSeq   int
 	bgCtx   = context.Background()
 	clients = &skrclient.KubeconfigClients{Scheme: clientgoscheme.Scheme, NewMapper: skrclient.DynamicRESTMapper, Timeout: 5 * time.Second}
+	// grant of the tests' SyncResources: the kinds they use, in "default"
+	// and every namespace made by namespace(t).
+	grant = grants.Grant{Name: "ModuleGrant kcp-system/test", Module: "test", Found: true, Spec: v1alpha1.ModuleGrantSpec{
+		Kinds: []v1alpha1.GrantedKind{
+			{Kind: "ConfigMap"}, {Kind: "Secret"}, {Group: "example.com", Kind: "Widget"}, {Group: "operator.kyma-project.io", Kind: "Kyma"},
+		},
+		Namespaces: []string{"default"},
+	}}
 )
 
 // Every test here needs the SKR API server: each calls
@@ -78,6 +87,7 @@ func namespace(t *testing.T) string {
 	if err := skr.Create(bgCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	grant.Spec.Namespaces = append(grant.Spec.Namespaces, ns)
 	return ns
 }
 
@@ -103,7 +113,7 @@ func syncResource(name string, items ...v1alpha1.SyncItem) *v1alpha1.SyncResourc
 // pass runs Apply and stores the items in status, as the reconciler does.
 func pass(t *testing.T, sr *v1alpha1.SyncResource) apply.Result {
 	t.Helper()
-	res := apply.Apply(bgCtx, skr, sr)
+	res := apply.Apply(bgCtx, skr, grant, sr)
 	sr.Status.Items = res.Items
 	return res
 }
@@ -140,7 +150,9 @@ func absent(t *testing.T, ns, name string) bool {
 func TestStrategies(t *testing.T) {
 	testenv.SkipIfShort(t)
 	ns := namespace(t)
-	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns}}); err != nil {
+	// As if module-sync had created it for this SyncResource earlier.
+	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns,
+		Annotations: map[string]string{apply.OwnerAnnotation: "kcp-system/strategies"}}}); err != nil {
 		t.Fatal(err)
 	}
 	sr := syncResource("strategies",
@@ -282,7 +294,7 @@ func TestBadItemsDoNotStopOthers(t *testing.T) {
 		state v1alpha1.ItemState
 		msg   string
 	}{
-		"secret":          {v1alpha1.ItemRefused, "Secrets are not synced"},
+		"secret":          {v1alpha1.ItemRefused, "secrets are not synced"},
 		"no-crd":          {v1alpha1.ItemError, "no such kind in the runtime: example.com/v1, Kind=Widget"},
 		"no-name":         {v1alpha1.ItemError, "metadata.name must be set"},
 		"no-kind":         {v1alpha1.ItemError, "apiVersion and kind must be set"},
@@ -311,7 +323,7 @@ func TestBadItemsDoNotStopOthers(t *testing.T) {
 	}
 
 	t.Run("only refused items: Warning, no retry", func(t *testing.T) {
-		res := apply.Apply(bgCtx, skr, syncResource("refused", sr.Spec.Items[0], sr.Spec.Items[7]))
+		res := apply.Apply(bgCtx, skr, grant, syncResource("refused", sr.Spec.Items[0], sr.Spec.Items[7]))
 		if st, cond := res.Summary(); st != v1alpha1.StateWarning || cond.Reason != "ItemsRefused" || res.Retry {
 			t.Errorf("summary %s %+v retry=%v", st, cond, res.Retry)
 		}
@@ -367,8 +379,8 @@ func TestCleanup(t *testing.T) {
 	// right after an item was added): CreateAndSync items of the spec are
 	// cleaned up too.
 	sr.Spec.Items = append(sr.Spec.Items, item("late", v1alpha1.CreateAndSync, configMap(ns, "late", "1")))
-	apply.Apply(bgCtx, skr, sr) // status not stored
-	if err := apply.Cleanup(bgCtx, skr, sr); err != nil {
+	apply.Apply(bgCtx, skr, grant, sr) // status not stored
+	if err := apply.Cleanup(bgCtx, skr, grant, sr); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"synced", "ignored", "late"} {
@@ -378,7 +390,7 @@ func TestCleanup(t *testing.T) {
 	}
 	getConfigMap(t, ns, "foreign")
 	getConfigMap(t, ns, "others")
-	if err := apply.Cleanup(bgCtx, skr, sr); err != nil {
+	if err := apply.Cleanup(bgCtx, skr, grant, sr); err != nil {
 		t.Errorf("a second cleanup: %v", err)
 	}
 }
@@ -399,7 +411,7 @@ func TestUnreachableRuntime(t *testing.T) {
 		{Name: "gone", State: v1alpha1.ItemReady, Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "gone"}},
 	}
 	start := time.Now()
-	res := apply.Apply(bgCtx, c, sr)
+	res := apply.Apply(bgCtx, c, grant, sr)
 	if res.Unreachable == nil || !res.Retry {
 		t.Fatalf("unreachable runtime not reported: %+v", res)
 	}
@@ -418,7 +430,7 @@ func TestUnreachableRuntime(t *testing.T) {
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("an unreachable runtime took %v: more than one attempt", d)
 	}
-	if err := apply.Cleanup(bgCtx, c, sr); err == nil {
+	if err := apply.Cleanup(bgCtx, c, grant, sr); err == nil {
 		t.Error("Cleanup succeeded against an unreachable runtime")
 	}
 }

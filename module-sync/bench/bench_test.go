@@ -105,7 +105,8 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	}
 	for i := range runtimes {
 		id := fmt.Sprintf("runtime-%04d", i)
-		if err := kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: kymaNS},
+		if err := kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: kymaNS,
+			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
 			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
 			b.Fatal(err)
 		}

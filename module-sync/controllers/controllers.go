@@ -28,6 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,10 +38,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
@@ -64,6 +67,7 @@ import (
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources/status,verbs=update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources/finalizers,verbs=update
+// +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=modulegrants,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch
 
 // Defaults of Options.
@@ -116,6 +120,12 @@ type Options struct {
 	// per controller.
 	SKRTimeout time.Duration
 	Workers    int
+	// PassTimeout bounds one pass over a runtime (mirror or apply): a
+	// runtime that answers slowly cannot hold a worker longer.
+	PassTimeout time.Duration
+	// SkipNameValidation lets a process build more than one manager (tests,
+	// benchmarks).
+	SkipNameValidation bool
 }
 
 func (o *Options) defaults() {
@@ -143,14 +153,17 @@ func (o *Options) defaults() {
 	if o.SKRTimeout <= 0 {
 		o.SKRTimeout = skrclient.DefaultTimeout
 	}
+	if o.PassTimeout <= 0 {
+		o.PassTimeout = 3 * o.SKRTimeout
+	}
 }
 
 // MaxModuleResources bounds --module-resources.
 const MaxModuleResources = 64
 
-// ParseModuleResources parses "[module=]group/version/resource[,…]"
-// (version "*": the preferred version; module: the module's name, by
-// default the kind in lower case).
+// ParseModuleResources parses "module=group/version/resource[,…]"
+// (version "*": the preferred version; module: the module's name, required:
+// it is never taken from a runtime).
 func ParseModuleResources(s string) ([]mirror.ModuleResource, error) {
 	var out []mirror.ModuleResource
 	seen := map[schema.GroupResource]bool{}
@@ -160,12 +173,14 @@ func ParseModuleResources(s string) ([]mirror.ModuleResource, error) {
 			continue
 		}
 		var r mirror.ModuleResource
-		if name, rest, ok := strings.Cut(part, "="); ok {
-			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-				return nil, fmt.Errorf("module name %q: %s", name, strings.Join(errs, "; "))
-			}
-			r.Module, part = name, rest
+		name, rest, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q names no module: write module=group/version/resource", part)
 		}
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return nil, fmt.Errorf("module name %q: %s", name, strings.Join(errs, "; "))
+		}
+		r.Module, part = name, rest
 		f := strings.Split(part, "/")
 		if len(f) != 3 || f[1] == "" || f[2] == "" {
 			return nil, fmt.Errorf("%q is not group/version/resource", part)
@@ -221,13 +236,17 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		LeaderElectionID:        "module-sync.operator.kyma-project.io",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 		GracefulShutdownTimeout: ptr.To(10 * time.Second),
+		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.KymaNamespace: {}},
 			ByObject: map[client.Object]cache.ByObject{
 				identity.NewKyma(): {Transform: kymastore.Trim},
-				// Only the kubeconfig Secrets are read; other Secrets of
-				// the namespace are cached without their data.
-				&corev1.Secret{}: {Transform: trimSecret},
+				// Least privilege (docs/security.md): only Secrets labelled
+				// as Runtime Watcher's are cached and watched, and of them
+				// only the kubeconfig of kubeconfig-<runtime-id> Secrets is
+				// kept; an unlabelled kubeconfig Secret is read by name
+				// (runtimeclient.Clients.APIReader).
+				&corev1.Secret{}: {Transform: trimSecret, Label: labels.SelectorFromSet(labels.Set{contract.LabelPartOf: contract.PartOf})},
 			},
 		},
 	})
@@ -254,12 +273,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	}}); err != nil {
 		return nil, err
 	}
-	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), Namespace: o.KymaNamespace, Clients: clients}
+	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: o.KymaNamespace, Clients: clients}
+	turns := &pacing.Turns{}
 	mr := &moduleconfigs.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.MirrorInterval,
 		Mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Conflicts: pacing.NewBackoff(50*time.Millisecond, o.RetryMax),
 		KymaNamespace: o.KymaNamespace, ConfirmDelay: o.ConfirmDelay, Workers: o.Workers,
+		Turns: turns, PassTimeout: o.PassTimeout,
 	}
 	if err := mr.SetupWithManager(mgr, l.Events()); err != nil {
 		return nil, err
@@ -267,6 +288,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	sr := &syncresources.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.DriftInterval,
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Workers: o.Workers,
+		Turns: turns, PassTimeout: o.PassTimeout,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -10,12 +10,12 @@ import (
 )
 
 func TestParseModuleResources(t *testing.T) {
-	got, err := ParseModuleResources(" sample.kyma-project.io/v1alpha1/samples, serverless=operator.kyma-project.io/*/serverlesses ,")
+	got, err := ParseModuleResources(" sample=sample.kyma-project.io/v1alpha1/samples, serverless=operator.kyma-project.io/*/serverlesses ,")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []mirror.ModuleResource{
-		{GroupVersionResource: schema.GroupVersionResource{Group: "sample.kyma-project.io", Version: "v1alpha1", Resource: "samples"}},
+		{GroupVersionResource: schema.GroupVersionResource{Group: "sample.kyma-project.io", Version: "v1alpha1", Resource: "samples"}, Module: "sample"},
 		{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "*", Resource: "serverlesses"}, Module: "serverless"},
 	}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
@@ -23,7 +23,7 @@ func TestParseModuleResources(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"", ",", "samples", "g/v", "g//r", "g/v/Samples", "g/v/r/x", "Bad_Name=g/v/r",
-		"g/v1/r,g/v2/r",
+		"m=g/v1/r,n=g/v2/r", "g/v/r",
 	} {
 		if _, err := ParseModuleResources(bad); err == nil {
 			t.Errorf("%q accepted", bad)
@@ -31,7 +31,7 @@ func TestParseModuleResources(t *testing.T) {
 	}
 	var many []string
 	for i := range MaxModuleResources + 1 {
-		many = append(many, "g/v/r"+strings.Repeat("s", i+1))
+		many = append(many, "m=g/v/r"+strings.Repeat("s", i+1))
 	}
 	if _, err := ParseModuleResources(strings.Join(many, ",")); err == nil {
 		t.Error("more than MaxModuleResources accepted")

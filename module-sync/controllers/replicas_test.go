@@ -60,7 +60,7 @@ func TestReplicasAreAllReady(t *testing.T) {
 			"--kubeconfig", env.Cluster("kcp").KubeconfigPath,
 			"--leader-elect", "--kyma-namespace", "kcp-system",
 			"--metrics-bind-address", "0", "--health-probe-bind-address", r.health, "--listen-addr", r.events,
-			"--module-resources", "sample.kyma-project.io/v1alpha1/samples")
+			"--module-resources", "sample=sample.kyma-project.io/v1alpha1/samples")
 		out, err := os.Create(filepath.Join(t.TempDir(), fmt.Sprintf("module-sync-%d.log", i)))
 		if err != nil {
 			t.Fatal(err)

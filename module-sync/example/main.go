@@ -197,6 +197,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: mc.Name, Namespace: mc.Namespace}}
 	_, err = controllerutil.CreateOrUpdate(ctx, r.client, sr, func() error {
 		sr.Spec.Kyma = mc.Spec.Kyma
+		sr.Spec.Module = r.module
 		sr.Spec.Items = items
 		return controllerutil.SetControllerReference(mc, sr, r.client.Scheme())
 	})

@@ -23,7 +23,7 @@ var (
 	// failed.
 	MirrorPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "mirror_passes_total",
-		Help: "Mirror passes (a runtime's Module CRs into ModuleConfigs) by result: synced, unchanged, removed, no-kubeconfig, failed.",
+		Help: "Mirror passes (a runtime's Module CRs into ModuleConfigs) by result: synced, unchanged, removed, no-kubeconfig, failed, runtime-busy (another pass of the runtime runs; requeued).",
 	}, []string{"result"})
 	// MirrorWrites counts ModuleConfig writes by operation: created, updated, deleted.
 	MirrorWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -36,7 +36,7 @@ var (
 	// pass), cleaned-up, no-runtime.
 	SyncReconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "syncresource_reconciles_total",
-		Help: "SyncResource reconciles by result: applied, retry, failed, cleaned-up, no-runtime.",
+		Help: "SyncResource reconciles by result: applied, retry, failed, cleaned-up, no-runtime, runtime-busy (another pass of the runtime runs; requeued).",
 	}, []string{"result"})
 	// SyncItems counts applied items by their state: Ready, Error, Refused.
 	SyncItems = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -11,6 +11,13 @@
 // and LabelManagedBy, and has the Kyma as owner. When a runtime has more
 // than one Module CR of a kind, the oldest is mirrored and the ModuleConfig's
 // state is Warning (Kyma's module operators likewise serve the oldest).
+//
+// The runtime is input, not authority (docs/security.md): the module's name
+// comes from module-sync's configuration, never from the runtime; Module CRs
+// are listed in pages of ListPage; a Module CR whose trimmed form is over
+// MaxResourceBytes, or a resource with more than MaxModuleCRs Module CRs, is
+// not mirrored (an existing ModuleConfig keeps its spec and gets state
+// Error with condition reason TooLarge or TooMany).
 package mirror
 
 import (
@@ -34,6 +41,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
 const (
@@ -49,12 +57,23 @@ const (
 	ConditionMirrored = "Mirrored"
 )
 
+// Bounds of what a runtime may hand to the KCP.
+const (
+	// MaxResourceBytes bounds a mirrored Module CR (trimmed, as JSON).
+	MaxResourceBytes = 64 << 10
+	// MaxModuleCRs bounds the Module CRs of one resource in one runtime.
+	MaxModuleCRs = 100
+	// ListPage is the page size of the lists of Module CRs.
+	ListPage = 50
+)
+
 // ModuleResource is one kind of Module CR in the runtimes.
 type ModuleResource struct {
 	// Group, Version and Resource of the Module CRs; Version "" or "*"
 	// takes the version the runtime prefers.
 	schema.GroupVersionResource
-	// Module is the module's name; empty means the kind in lower case.
+	// Module is the module's name (required: it is never taken from the
+	// runtime).
 	Module string
 }
 
@@ -94,6 +113,9 @@ type moduleCR struct {
 	gen      int64
 	chosen   string   // namespace/name of the mirrored CR
 	ignored  []string // further CRs of the kind
+	// refused, when set, is why the runtime's Module CRs are not mirrored
+	// (reason TooLarge or TooMany) and message says more.
+	refused, message string
 }
 
 // Sync makes the ModuleConfigs of kyma equal to the Module CRs in skr. A
@@ -116,20 +138,26 @@ func (m *Mirror) Sync(ctx context.Context, skr client.Client, kyma Kyma) (Result
 	var errs []error
 	keep := map[string]bool{} // modules whose ModuleConfig must not be deleted
 	for _, r := range m.Resources {
-		cr, module, err := readModule(ctx, skr, r)
+		if r.Module == "" {
+			errs = append(errs, fmt.Errorf("%s: no module name configured", r.GroupVersionResource))
+			keep["*"] = true // delete nothing
+			continue
+		}
+		module := r.Module
+		cr, err := readModule(ctx, skr, r)
 		if err != nil {
 			errs = append(errs, err)
-			if module != "" {
-				keep[module] = true
-			} else {
-				keep["*"] = true // the module name is unknown: delete nothing
-			}
+			keep[module] = true
 			continue
 		}
 		if cr == nil {
 			continue
 		}
 		keep[module] = true
+		if cr.refused != "" && have[module] == nil {
+			res.Unchanged++ // nothing to mirror and nothing to report on
+			continue
+		}
 		changed, err := m.write(ctx, kyma, cr, have[module])
 		switch {
 		case err != nil:
@@ -177,38 +205,45 @@ func (m *Mirror) Remove(ctx context.Context, kyma Kyma) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// readModule lists one Module CR resource in the runtime and returns the
-// module's trimmed Module CR (nil when there is none) and the module name.
-func readModule(ctx context.Context, skr client.Client, r ModuleResource) (*moduleCR, string, error) {
+// readModule lists one Module CR resource in the runtime, in pages, and
+// returns the module's trimmed Module CR (nil when there is none).
+func readModule(ctx context.Context, skr client.Client, r ModuleResource) (*moduleCR, error) {
 	gvr := r.GroupVersionResource
 	if gvr.Version == "*" {
 		gvr.Version = ""
 	}
+	module := r.Module
 	gvk, err := skr.RESTMapper().KindFor(gvr)
 	if meta.IsNoMatchError(err) {
 		// Not served by the runtime: no Module CRs of it, and its
-		// ModuleConfig, whatever the module's name, is to be deleted.
-		return nil, r.Module, nil
+		// ModuleConfig is to be deleted.
+		return nil, nil
 	}
 	if err != nil {
-		return nil, r.Module, fmt.Errorf("resolve %s: %w", gvr, err)
+		return nil, fmt.Errorf("resolve %s: %w", gvr, err)
 	}
-	module := r.Module
-	if module == "" {
-		module = strings.ToLower(gvk.Kind)
-	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := skr.List(ctx, list); err != nil {
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
-			return nil, module, nil
+	var items []unstructured.Unstructured
+	for cont := ""; ; {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := skr.List(ctx, list, client.Limit(ListPage), client.Continue(cont)); err != nil {
+			if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("list %s: %w", gvr, err)
 		}
-		return nil, module, fmt.Errorf("list %s: %w", gvr, err)
+		items = append(items, list.Items...)
+		if len(items) > MaxModuleCRs {
+			return &moduleCR{module: module, refused: "TooMany",
+				message: fmt.Sprintf("the runtime has more than %d Module CRs of %s: none is mirrored", MaxModuleCRs, gvr.GroupResource())}, nil
+		}
+		if cont = list.GetContinue(); cont == "" {
+			break
+		}
 	}
-	if len(list.Items) == 0 {
-		return nil, module, nil
+	if len(items) == 0 {
+		return nil, nil
 	}
-	items := list.Items
 	sort.Slice(items, func(i, j int) bool {
 		ti, tj := items[i].GetCreationTimestamp(), items[j].GetCreationTimestamp()
 		if !ti.Equal(&tj) {
@@ -221,10 +256,17 @@ func readModule(ctx context.Context, skr client.Client, r ModuleResource) (*modu
 		cr.ignored = append(cr.ignored, key(&items[i+1]))
 	}
 	if cr.resource, err = trim(&items[0]); err != nil {
-		return nil, module, err
+		return nil, err
 	}
-	return cr, module, nil
+	if b, err := json.Marshal(cr.resource); err != nil || len(b) > MaxResourceBytes {
+		return &moduleCR{module: module, refused: "TooLarge",
+			message: fmt.Sprintf("the Module CR %s is over %d bytes: it is not mirrored", bounded(cr.chosen), MaxResourceBytes)}, nil
+	}
+	return cr, nil
 }
+
+// bounded cuts s, which the runtime chose.
+func bounded(s string) string { return skrclient.Bounded(s) }
 
 func key(u *unstructured.Unstructured) string {
 	if u.GetNamespace() == "" {
@@ -283,7 +325,10 @@ func (m *Mirror) write(ctx context.Context, kyma Kyma, cr *moduleCR, mc *v1alpha
 		Name: kyma.Name, UID: kyma.UID,
 	}
 	op := unchanged
-	if mc == nil {
+	switch {
+	case cr.refused != "":
+		// mc exists (Sync checked): its spec stays as it was.
+	case mc == nil:
 		mc = &v1alpha1.ModuleConfig{
 			ObjectMeta: metav1.ObjectMeta{Name: Name(kyma.Name, cr.module), Namespace: kyma.Namespace, Labels: labels,
 				OwnerReferences: []metav1.OwnerReference{owner}},
@@ -293,7 +338,7 @@ func (m *Mirror) write(ctx context.Context, kyma Kyma, cr *moduleCR, mc *v1alpha
 			return unchanged, fmt.Errorf("create ModuleConfig %s: %w", mc.Name, err)
 		}
 		op = created
-	} else {
+	default:
 		stored, _ := normalise(json.RawMessage(orNull(mc.Spec.Resource.Raw)))
 		specSame := mc.Spec.Kyma == kyma.Name && mc.Spec.Module == cr.module && reflect.DeepEqual(stored, cr.resource)
 		labelsSame := true
@@ -319,10 +364,13 @@ func (m *Mirror) write(ctx context.Context, kyma Kyma, cr *moduleCR, mc *v1alpha
 	}
 
 	state, cond := v1alpha1.StateReady, metav1.Condition{Type: ConditionMirrored, Status: metav1.ConditionTrue,
-		Reason: "Mirrored", Message: "mirrors " + cr.chosen}
-	if len(cr.ignored) > 0 {
+		Reason: "Mirrored", Message: "mirrors " + bounded(cr.chosen)}
+	switch {
+	case cr.refused != "":
+		state, cond.Status, cond.Reason, cond.Message = v1alpha1.StateError, metav1.ConditionFalse, cr.refused, cr.message
+	case len(cr.ignored) > 0:
 		state, cond.Reason = v1alpha1.StateWarning, "MultipleModuleCRs"
-		cond.Message = fmt.Sprintf("mirrors the oldest Module CR %s; ignored: %s", cr.chosen, strings.Join(cr.ignored, ", "))
+		cond.Message = bounded(fmt.Sprintf("mirrors the oldest Module CR %s; ignored: %s", cr.chosen, strings.Join(cr.ignored, ", ")))
 	}
 	cond.ObservedGeneration = mc.Generation
 	old := meta.FindStatusCondition(mc.Status.Conditions, ConditionMirrored)
@@ -340,8 +388,11 @@ func (m *Mirror) write(ctx context.Context, kyma Kyma, cr *moduleCR, mc *v1alpha
 	mc.Status.State = state
 	mc.Status.ObservedGeneration = mc.Generation
 	mc.Status.LastOperation = &v1alpha1.LastOperation{
-		Operation:      fmt.Sprintf("mirrored %s generation %d", cr.chosen, cr.gen),
+		Operation:      bounded(fmt.Sprintf("mirrored %s generation %d", cr.chosen, cr.gen)),
 		LastUpdateTime: now,
+	}
+	if cr.refused != "" {
+		mc.Status.LastOperation.Operation = cr.message
 	}
 	if err := m.KCP.Status().Update(ctx, mc); err != nil {
 		return op, fmt.Errorf("update status of ModuleConfig %s: %w", mc.Name, err)

@@ -40,9 +40,9 @@ var (
 )
 
 var (
-	serverless = mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "serverlesses"}}
+	serverless = mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "serverlesses"}, Module: "serverless"}
 	keda       = mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "*", Resource: "kedas"}, Module: "keda-module"}
-	absentCRD  = mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "nothings"}}
+	absentCRD  = mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "nothings"}, Module: "nothing"}
 )
 
 func moduleCRD(plural, kind string) *apiextensionsv1.CustomResourceDefinition {
@@ -91,7 +91,7 @@ func run(m *testing.M) int {
 	}()
 	skrEnv = env.Cluster("skr")
 	if _, err := envtest.InstallCRDs(skrEnv.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{
-		moduleCRD("serverlesses", "Serverless"), moduleCRD("kedas", "Keda"),
+		moduleCRD("serverlesses", "Serverless"), moduleCRD("kedas", "Keda"), moduleCRD("bigs", "Big"), moduleCRD("manies", "Many"),
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -396,4 +396,50 @@ func TestUnreachableRuntimeDeletesNothing(t *testing.T) {
 		t.Errorf("%d writes for an unreachable runtime", w)
 	}
 	moduleConfig(t, kyma, "serverless")
+}
+
+// TestBounds: a Module CR over MaxResourceBytes and more than MaxModuleCRs
+// Module CRs of a resource are not mirrored; the ModuleConfig keeps its
+// spec and says why (the list is read in pages of ListPage).
+func TestBounds(t *testing.T) {
+	kyma, ns := setup(t)
+	big := mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "bigs"}, Module: "big"}
+	many := mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "manies"}, Module: "many"}
+	m := &mirror.Mirror{KCP: kcp, Resources: []mirror.ModuleResource{big, many}}
+	create(t, moduleCR("Big", ns, "default", map[string]any{"v": "small"}))
+	create(t, moduleCR("Many", ns, "cr-000", map[string]any{"v": "first"}))
+	syncOnce(t, m, kyma)
+
+	u := moduleCR("Big", ns, "default", nil)
+	if err := skr.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"] = map[string]any{"v": strings.Repeat("x", mirror.MaxResourceBytes)}
+	if err := skr.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= mirror.MaxModuleCRs; i++ {
+		create(t, moduleCR("Many", ns, fmt.Sprintf("cr-%03d", i), map[string]any{"v": "more"}))
+	}
+	syncOnce(t, m, kyma)
+	for module, reason := range map[string]string{"big": "TooLarge", "many": "TooMany"} {
+		mc := moduleConfig(t, kyma, module)
+		c := meta.FindStatusCondition(mc.Status.Conditions, mirror.ConditionMirrored)
+		if mc.Status.State != v1alpha1.StateError || c == nil || c.Reason != reason || c.Status != metav1.ConditionFalse {
+			t.Errorf("%s: state %s, condition %+v; want Error, %s", module, mc.Status.State, c, reason)
+		}
+		if strings.Contains(string(mc.Spec.Resource.Raw), "xxxx") || strings.Contains(string(mc.Spec.Resource.Raw), "more") {
+			t.Errorf("%s: the refused Module CR was mirrored: %.200s", module, mc.Spec.Resource.Raw)
+		}
+	}
+	if res, w := syncOnce(t, m, kyma); w != 0 {
+		t.Errorf("a second pass over the same refusals wrote %d times: %+v", w, res)
+	}
+
+	t.Run("without a ModuleConfig yet, nothing is created", func(t *testing.T) {
+		kyma2, _ := setup(t)
+		if res, w := syncOnce(t, m, kyma2); w != 0 || res.Created != 0 {
+			t.Errorf("%+v with %d writes", res, w)
+		}
+	})
 }

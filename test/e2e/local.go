@@ -14,6 +14,7 @@ import (
 	"github.com/onsi/gomega"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
@@ -157,9 +158,17 @@ type ModuleSyncEnvironment interface {
 	ModuleSyncMetricsURL() string
 	// SetSample creates or changes the demo Module CR in the SKR.
 	SetSample(ctx context.Context, greeting string, replicas int64) error
+	// KCPAs is a client of the KCP acting as user (impersonation), e.g. a
+	// module manager's ServiceAccount.
+	KCPAs(user string) (client.Client, error)
 }
 
 func (e *localEnvironment) ModuleSyncMetricsURL() string { return e.sys.ModuleSyncMetricsURL }
+func (e *localEnvironment) KCPAs(user string) (client.Client, error) {
+	cfg := rest.CopyConfig(e.sys.KCP.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return client.New(cfg, client.Options{Scheme: e.sys.KCP.Client.Scheme()})
+}
 func (e *localEnvironment) SetSample(ctx context.Context, greeting string, replicas int64) error {
 	_, err := e.sys.SetSampleGreeting(ctx, greeting, replicas)
 	return err

@@ -159,7 +159,7 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 		It("reports each bad item, applies the others and does not retry hot", func(ctx SpecContext) {
 			sr := &v1alpha1.SyncResource{
 				ObjectMeta: metav1.ObjectMeta{Name: "e2e-bad-items", Namespace: localenv.KymaNamespace},
-				Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Items: []v1alpha1.SyncItem{
+				Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{
 					item("good", configMapJSON("e2e-good")),
 					item("invalid", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"kyma-system"}}`),
 					item("secret", `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"e2e-secret","namespace":"kyma-system"},"stringData":{"password":"x"}}`),
@@ -179,7 +179,7 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 					SatisfyAll(HaveField("Name", "good"), HaveField("State", v1alpha1.ItemReady)),
 					SatisfyAll(HaveField("Name", "invalid"), HaveField("State", v1alpha1.ItemError), HaveField("Message", ContainSubstring("invalid"))),
 					SatisfyAll(HaveField("Name", "secret"), HaveField("State", v1alpha1.ItemRefused)),
-					SatisfyAll(HaveField("Name", "missing-crd"), HaveField("State", v1alpha1.ItemError), HaveField("Message", ContainSubstring("no such kind"))),
+					SatisfyAll(HaveField("Name", "missing-crd"), HaveField("State", v1alpha1.ItemRefused), HaveField("Message", ContainSubstring("ModuleGrant kcp-system/sample does not grant the kind Widget.nothing.example.com"))),
 				))
 				g.Expect(got.Status.State).To(Equal(v1alpha1.StateError))
 				c := meta.FindStatusCondition(got.Status.Conditions, "Synced")
@@ -213,7 +213,7 @@ current-context: c
 			kyma.SetName(id)
 			sr := &v1alpha1.SyncResource{
 				ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: localenv.KymaNamespace},
-				Spec: v1alpha1.SyncResourceSpec{Kyma: id, Items: []v1alpha1.SyncItem{
+				Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{
 					item("a", configMapJSON("e2e-a")), item("b", configMapJSON("e2e-b")),
 				}},
 			}

@@ -224,6 +224,10 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 	s.step("installed the demo Module CRD %s in the SKR", SampleGVR.GroupResource())
+	if err := s.createSampleGrant(ctx); err != nil {
+		return s, err
+	}
+	s.step("granted module %q its kinds in the SKR (%s)", SampleModule, SampleGrantPath())
 
 	replicas := max(o.OperatorReplicas, 1)
 	ports, err := s.ports.reserve(15 + 3*replicas)

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -38,6 +41,57 @@ var SampleGVR = schema.GroupVersionResource{Group: "sample.kyma-project.io", Ver
 // SampleCRDPath is the demo Module CRD.
 func SampleCRDPath() string {
 	return filepath.Join(testenv.RepoRoot(), "manifests", "samples", "module-sync", "sample-module-crd.yaml")
+}
+
+// SampleGrantPath is the demo module's ModuleGrant.
+func SampleGrantPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "samples", "module-sync", "sample-modulegrant.yaml")
+}
+
+// createSampleGrant creates the demo module's ModuleGrant in the KCP.
+func (s *System) createSampleGrant(ctx context.Context) error {
+	b, err := os.ReadFile(SampleGrantPath())
+	if err != nil {
+		return err
+	}
+	mg := &v1alpha1.ModuleGrant{}
+	if err := yaml.UnmarshalStrict(b, mg); err != nil {
+		return fmt.Errorf("%s: %w", SampleGrantPath(), err)
+	}
+	mg.Namespace = KymaNamespace
+	if err := s.KCP.Client.Create(ctx, mg); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return s.installSyncResourcePolicy(ctx)
+}
+
+// SyncResourcePolicyPath is the ValidatingAdmissionPolicy (and its
+// binding) that bounds module managers to their modules' SyncResources.
+func SyncResourcePolicyPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "syncresource-policy.yaml")
+}
+
+// installSyncResourcePolicy creates the policy of SyncResourcePolicyPath in
+// the KCP, as manifests/kcp/base does in production.
+func (s *System) installSyncResourcePolicy(ctx context.Context) error {
+	b, err := os.ReadFile(SyncResourcePolicyPath())
+	if err != nil {
+		return err
+	}
+	docs := strings.Split(string(b), "\n---\n")
+	if len(docs) != 2 {
+		return fmt.Errorf("%s: want the policy and its binding, got %d documents", SyncResourcePolicyPath(), len(docs))
+	}
+	policy, binding := &admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	for i, into := range []client.Object{policy, binding} {
+		if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
+			return fmt.Errorf("%s: %w", SyncResourcePolicyPath(), err)
+		}
+		if err := s.KCP.Client.Create(ctx, into); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // installSampleCRD installs the demo Module CRD in the SKR and waits until
@@ -77,7 +131,7 @@ func (s *System) startModuleSync(ctx context.Context, binaries map[string]string
 		"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", listen,
 		"--health-probe-bind-address", health, "--metrics-bind-address", metrics,
 		"--kyma-namespace", KymaNamespace, "--manager", ModuleSyncManager,
-		"--module-resources", SampleGVR.Group+"/"+SampleGVR.Version+"/"+SampleGVR.Resource,
+		"--module-resources", SampleModule+"="+SampleGVR.Group+"/"+SampleGVR.Version+"/"+SampleGVR.Resource,
 		"--service-name", ModuleSyncService, "--service-port", fmt.Sprint(ModuleSyncPort),
 		"--drift-interval", DriftInterval.String(), "--mirror-interval", "1m")
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
 // Reconciler mirrors one runtime (a Kyma, the work item) per pass.
@@ -49,6 +50,10 @@ type Reconciler struct {
 	// again this much later (0: only at once). See enqueueRuntime.
 	ConfirmDelay time.Duration
 	Workers      int
+	// Turns (shared with the SyncResource controller) lets one pass per
+	// runtime run at a time; PassTimeout bounds a pass.
+	Turns       *pacing.Turns
+	PassTimeout time.Duration
 }
 
 // SetupWithManager registers the controller; events are the listener's.
@@ -115,6 +120,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, nil
 	}
+	release, ok := r.Turns.Take(key)
+	if !ok {
+		metrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
+		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
 	id := identity.RuntimeIDOf(kyma)
 	skr, err := r.Runtimes.For(ctx, id)
 	if err != nil {
@@ -123,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			result = "no-kubeconfig"
 		}
 		metrics.MirrorPasses.WithLabelValues(result).Inc()
-		log.Info("runtime not mirrored", "runtimeID", id, "reason", err.Error())
+		log.Info("runtime not mirrored", "runtimeID", id, "reason", skrclient.Bounded(err.Error()))
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	res, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
@@ -135,7 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: r.Conflicts.When(key)}, nil
 		}
-		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", err.Error())
+		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", skrclient.Bounded(err.Error()))
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	r.Conflicts.Forget(key)

@@ -29,17 +29,22 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
 // Finalizer of every SyncResource module-sync applies: removed once what
 // it created in the runtime is deleted (or the runtime is gone).
 const Finalizer = "operator.kyma-project.io/module-sync"
 
-// kymaField indexes SyncResources by spec.kyma.
-const kymaField = "spec.kyma"
+// kymaField indexes SyncResources by spec.kyma, moduleField by spec.module.
+const (
+	kymaField   = "spec.kyma"
+	moduleField = "spec.module"
+)
 
 // Reconciler applies SyncResources into their runtimes.
 type Reconciler struct {
@@ -51,7 +56,13 @@ type Reconciler struct {
 	Interval time.Duration
 	Backoff  workqueue.TypedRateLimiter[string]
 	Workers  int
-	now      func() metav1.Time
+	// RBAC renders each module's grant into the runtimes.
+	RBAC grants.Renderer
+	// Turns (shared with the mirror controller) lets one pass per runtime
+	// run at a time; PassTimeout bounds the runtime's part of a pass.
+	Turns       *pacing.Turns
+	PassTimeout time.Duration
+	now         func() metav1.Time
 }
 
 // SetupWithManager registers the controller and the index of SyncResources
@@ -62,19 +73,34 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, moduleField, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.SyncResource).Spec.Module}
+	}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("syncresource").
 		// Spec changes and deletion; not its own status writes.
 		For(&v1alpha1.SyncResource{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted{}))).
 		// A Kyma that appears or goes away: its SyncResources.
 		Watches(identity.NewKyma(), handler.EnqueueRequestsFromMapFunc(r.forKyma), builder.WithPredicates(kymaCreatedOrDeleted{}), builder.OnlyMetadata).
+		// A grant that changes: the SyncResources of its module.
+		Watches(&v1alpha1.ModuleGrant{}, handler.EnqueueRequestsFromMapFunc(r.forGrant)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
 }
 
 func (r *Reconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
+	return r.requests(ctx, kyma.GetNamespace(), kymaField, kyma.GetName())
+}
+
+func (r *Reconciler) forGrant(ctx context.Context, mg client.Object) []reconcile.Request {
+	return r.requests(ctx, mg.GetNamespace(), moduleField, mg.GetName())
+}
+
+func (r *Reconciler) requests(ctx context.Context, namespace, field, value string) []reconcile.Request {
 	list := &v1alpha1.SyncResourceList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(kyma.GetNamespace()), client.MatchingFields{kymaField: kyma.GetName()}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -93,6 +119,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	release, ok := r.Turns.Take(sr.Namespace + "/" + sr.Spec.Kyma)
+	if !ok {
+		metrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
+		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
+	}
+	defer release()
 	if sr.DeletionTimestamp != nil {
 		return r.finalize(ctx, key, sr)
 	}
@@ -103,7 +135,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 
-	skr, kymaGone, err := r.skrOf(ctx, sr)
+	pass, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
+	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
 	if err != nil {
 		reason := "RuntimeUnreachable"
 		if kymaGone {
@@ -113,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		metrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(),
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: skrclient.Bounded(err.Error()),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}
@@ -123,7 +157,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 
-	res := apply.Apply(ctx, skr, sr)
+	res := apply.Apply(pass, skr, grant, sr)
+	if rbacErr != nil {
+		ctrl.LoggerFrom(ctx).Info("module RBAC not written; retrying", "error", skrclient.Bounded(rbacErr.Error()))
+		res.Retry = true
+	}
 	for _, it := range res.Items {
 		metrics.SyncItems.WithLabelValues(string(it.State)).Inc()
 	}
@@ -144,34 +182,71 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: pacing.Jitter(r.Interval)}, nil
 }
 
-// skrOf is the client of the SyncResource's runtime; kymaGone when its
-// Kyma does not exist.
-func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (client.Client, bool, error) {
+// skrOf is the client of the SyncResource's runtime that acts as its
+// module's user, after it brought that user's RBAC there in line with the
+// module's grant; kymaGone when its Kyma does not exist. rbacErr: the RBAC
+// could not be written (the pass goes on: the runtime refuses what the user
+// may not do, and the caller retries).
+func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr client.Client, grant grants.Grant, kymaGone bool, rbacErr, err error) {
+	if grant, err = r.grantOf(ctx, sr); err != nil {
+		return nil, grant, false, nil, err
+	}
 	kyma := identity.NewKyma()
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sr.Namespace, Name: sr.Spec.Kyma}, kyma); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, true, fmt.Errorf("no Kyma %s/%s", sr.Namespace, sr.Spec.Kyma)
+			return nil, grant, true, nil, fmt.Errorf("no Kyma %s/%s", sr.Namespace, sr.Spec.Kyma)
 		}
-		return nil, false, err
+		return nil, grant, false, nil, err
 	}
-	c, err := r.Runtimes.For(ctx, identity.RuntimeIDOf(kyma))
-	return c, false, err
+	runtimeID := identity.RuntimeIDOf(kyma)
+	admin, err := r.Runtimes.For(ctx, runtimeID)
+	if err != nil || sr.Spec.Module == "" {
+		// Without a module nothing may be written: every item is refused
+		// before any call.
+		return admin, grant, false, nil, err
+	}
+	if err := r.RBAC.Ensure(ctx, admin, r.Runtimes.Key(runtimeID), grant); err != nil {
+		rbacErr = fmt.Errorf("the RBAC of module %s in the runtime: %w", grant.Module, err)
+	}
+	skr, err = r.Runtimes.ForUser(ctx, runtimeID, grants.User(sr.Spec.Module))
+	return skr, grant, false, rbacErr, err
+}
+
+// grantOf is the grant of the SyncResource's module (none without
+// spec.module).
+func (r *Reconciler) grantOf(ctx context.Context, sr *v1alpha1.SyncResource) (grants.Grant, error) {
+	if sr.Spec.Module == "" {
+		g := grants.From(sr.Namespace, "", nil)
+		g.Name = "ModuleGrant (spec.module is not set)"
+		return g, nil
+	}
+	mg := &v1alpha1.ModuleGrant{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: sr.Namespace, Name: sr.Spec.Module}, mg)
+	switch {
+	case apierrors.IsNotFound(err):
+		return grants.From(sr.Namespace, sr.Spec.Module, nil), nil
+	case err != nil:
+		return grants.Grant{}, err
+	}
+	return grants.From(sr.Namespace, sr.Spec.Module, mg), nil
 }
 
 func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.SyncResource) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(sr, Finalizer) {
 		return reconcile.Result{}, nil
 	}
-	skr, kymaGone, err := r.skrOf(ctx, sr)
+	pass, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
+	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
 	if err == nil {
-		err = apply.Cleanup(ctx, skr, sr)
+		err = errors.Join(apply.Cleanup(pass, skr, grant, sr), rbacErr)
 	}
 	// Without its Kyma or its kubeconfig Secret the runtime is considered
 	// gone (as vs-controller does): nothing left to remove.
 	if err != nil && !kymaGone && !errors.Is(err, runtimeclient.ErrNoKubeconfig) {
 		metrics.SyncReconciles.WithLabelValues("retry").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateDeleting, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: err.Error(),
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: skrclient.Bounded(err.Error()),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}

@@ -1,0 +1,232 @@
+package bench_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// Fleet of BenchmarkHostileRuntime.
+const (
+	healthyRuntimes = 100
+	hostileSRs      = 30 // SyncResources of the hostile runtime
+	itemsPerSR      = 5
+	holdFor         = 10 * time.Second // the hostile webhook holds every write this long
+)
+
+// BenchmarkHostileRuntime: 100 healthy runtimes, each with a SyncResource
+// of 5 ConfigMaps, converge (every SyncResource Ready) in s-healthy-alone;
+// with one more runtime whose admission webhook holds every write for 10 s
+// and that has 30 SyncResources, in s-healthy-with-hostile. ARCHITECTURE
+// §3.12 asks for a ratio of at most 2 (reported as ratio; an error above).
+// Both runs use real API servers: the KCP, one SKR all healthy runtimes
+// share (each with its own client), and the hostile runtime's own SKR that
+// really calls the holding webhook.
+func BenchmarkHostileRuntime(b *testing.B) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(logOutput())))
+	for range b.N {
+		alone := fleet(b, false)
+		with := fleet(b, true)
+		b.ReportMetric(alone.Seconds(), "s-healthy-alone")
+		b.ReportMetric(with.Seconds(), "s-healthy-with-hostile")
+		ratio := with.Seconds() / alone.Seconds()
+		b.ReportMetric(ratio, "ratio")
+		if ratio > 2 {
+			b.Errorf("one hostile runtime slowed 100 healthy ones by %.2f× (%s → %s), more than 2×", ratio, alone, with)
+		}
+	}
+}
+
+// fleet runs module-sync over the healthy runtimes (and the hostile one)
+// and returns how long until every healthy SyncResource is Ready.
+func fleet(b *testing.B, hostile bool) time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	names := []string{"kcp", "skr"}
+	if hostile {
+		names = append(names, "hostile")
+	}
+	env, err := testenv.Start(names...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	kcp := env.Cluster("kcp")
+	for _, c := range names[1:] {
+		if err := env.Cluster(c).Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if hostile {
+		if err := holdWrites(ctx, env.Cluster("hostile").Client); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := kcp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kymaNS}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := kcp.Client.Create(ctx, &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: kymaNS},
+		Spec: v1alpha1.ModuleGrantSpec{Kinds: []v1alpha1.GrantedKind{{Kind: "ConfigMap"}}, Namespaces: []string{"bench"}}}); err != nil {
+		b.Fatal(err)
+	}
+	runtime := func(id, cluster string, srs int) {
+		kubeconfig, err := os.ReadFile(env.Cluster(cluster).KubeconfigPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: kymaNS,
+			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
+			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
+			b.Fatal(err)
+		}
+		kyma := &unstructured.Unstructured{}
+		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+		kyma.SetNamespace(kymaNS)
+		kyma.SetName(id)
+		kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
+		if err := kcp.Client.Create(ctx, kyma); err != nil {
+			b.Fatal(err)
+		}
+		for s := range srs {
+			sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%02d", id, s), Namespace: kymaNS},
+				Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "bench"}}
+			for i := range itemsPerSR {
+				name := fmt.Sprintf("%s-%02d-%d", id, s, i)
+				raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+					"metadata": map[string]any{"name": name, "namespace": "bench"}, "data": map[string]any{"k": "v"}})
+				sr.Spec.Items = append(sr.Spec.Items, v1alpha1.SyncItem{Name: fmt.Sprint("cm-", i), Strategy: v1alpha1.CreateAndSync,
+					Resource: k8sruntime.RawExtension{Raw: raw}})
+			}
+			if err := kcp.Client.Create(ctx, sr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if hostile {
+		runtime("hostile", "hostile", hostileSRs)
+	}
+	for i := range healthyRuntimes {
+		runtime(fmt.Sprintf("runtime-%03d", i), "skr", 1)
+	}
+
+	cfg := *kcp.Config
+	cfg.QPS, cfg.Burst = 50, 100
+	mgr, err := controllers.New(ctx, &cfg, controllers.Options{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", KymaNamespace: kymaNS, ListenAddr: "127.0.0.1:0",
+		// One listener per manager name registers metrics: one name per run.
+		Manager:            fmt.Sprintf("module-sync-%v", hostile),
+		SkipNameValidation: true,
+		ModuleResources: []mirror.ModuleResource{{Module: "bench", GroupVersionResource: schema.GroupVersionResource{
+			Group: "bench.kyma-project.io", Version: "v1", Resource: "modules"}}},
+		Service:        v1beta2.Service{Name: "module-sync", Namespace: kymaNS, Port: 8082},
+		MirrorInterval: time.Hour, DriftInterval: time.Hour,
+	}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	began := time.Now()
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
+	if err := waitFor(ctx, 15*time.Minute, func() (bool, error) {
+		list := &v1alpha1.SyncResourceList{}
+		if err := kcp.Client.List(ctx, list, client.InNamespace(kymaNS)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for i := range list.Items {
+			if list.Items[i].Spec.Kyma != "hostile" && list.Items[i].Status.State == v1alpha1.StateReady {
+				ready++
+			}
+		}
+		return ready == healthyRuntimes, nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(began)
+}
+
+// holdWrites makes the cluster's API server call a webhook that holds
+// every ConfigMap write for holdFor before it allows it.
+func holdWrites(ctx context.Context, c client.Client) error {
+	ca, err := pki.NewCA("hostile-webhook")
+	if err != nil {
+		return err
+	}
+	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "127.0.0.1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		return err
+	}
+	cert, err := leaf.TLS()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		review := &admissionv1.AdmissionReview{}
+		if err := json.NewDecoder(r.Body).Decode(review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(holdFor):
+		case <-r.Context().Done():
+			return
+		}
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(review)
+	})}
+	srv.TLSConfig = pkiTLS(cert)
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	url := "https://" + ln.Addr().String() + "/hold"
+	none, ignore, timeout := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Ignore, int32(30)
+	return c.Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "hold-every-write"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "hold.bench.kyma-project.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.PEM},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			SideEffects:             &none,
+			FailurePolicy:           &ignore,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	})
+}
+
+func pkiTLS(cert tls.Certificate) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+}

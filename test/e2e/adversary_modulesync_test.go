@@ -1,0 +1,201 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
+	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+)
+
+// Attacks of a module manager and of an SKR owner on module-sync
+// (docs/security.md, ARCHITECTURE §3.12), each against the real binaries
+// and refused: what a module writes is bounded by its ModuleGrant, enforced
+// by the SKR's RBAC for the module's user; module-sync deletes only what it
+// created; a module manager writes only its module's SyncResources (the
+// ValidatingAdmissionPolicy); spec.kyma is immutable; the module name
+// comes from module-sync's configuration, not from the SKR.
+var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func() {
+	const within = 10 * time.Second
+	var ms e2e.ModuleSyncEnvironment
+
+	BeforeAll(func(ctx SpecContext) {
+		var ok bool
+		if ms, ok = env.(e2e.ModuleSyncEnvironment); !ok {
+			Fail("the " + envName() + " environment does not deploy module-sync: leave out the adversary label there")
+		}
+		// The example module manager's SyncResource (the victim of the
+		// attacks on SyncResources) exists once the demo Module CR does.
+		Expect(ms.SetSample(ctx, "adversary", 1)).To(Succeed())
+		Eventually(func() error { return env.KCP().Get(ctx, localenv.SampleModuleConfig(), &v1alpha1.SyncResource{}) }).
+			WithTimeout(2*time.Minute).Should(Succeed(), "the example module manager wrote no SyncResource")
+	})
+
+	// attack creates a SyncResource of module sample with items and waits
+	// for module-sync's verdict on each.
+	attack := func(ctx SpecContext, name string, items ...v1alpha1.SyncItem) *v1alpha1.SyncResource {
+		sr := &v1alpha1.SyncResource{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: localenv.KymaNamespace},
+			Spec:       v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: items},
+		}
+		Expect(env.KCP().Create(ctx, sr)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, sr))).To(Succeed())
+			Eventually(func() error { return env.KCP().Get(ctx, client.ObjectKeyFromObject(sr), &v1alpha1.SyncResource{}) }).
+				WithTimeout(within).Should(Satisfy(apierrors.IsNotFound))
+		})
+		got := &v1alpha1.SyncResource{}
+		Eventually(func(g Gomega) {
+			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(sr), got)).To(Succeed())
+			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+			g.Expect(got.Status.Items).To(HaveLen(len(items)))
+		}).WithTimeout(within).Should(Succeed())
+		return got
+	}
+
+	It("refuses a ClusterRoleBinding to cluster-admin (outside the module's grant)", func(ctx SpecContext) {
+		crb := item("escalate", `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"e2e-escalate"},`+
+			`"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"},`+
+			`"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"attacker"}]}`)
+		got := attack(ctx, "e2e-attack-crb", crb)
+		Expect(got.Status.Items[0].State).To(Equal(v1alpha1.ItemRefused))
+		Expect(got.Status.Items[0].Message).To(ContainSubstring("ModuleGrant kcp-system/sample does not grant"))
+		Expect(apierrors.IsNotFound(env.SKR().Get(ctx, client.ObjectKey{Name: "e2e-escalate"}, &rbacv1.ClusterRoleBinding{}))).
+			To(BeTrue(), "the ClusterRoleBinding reached the SKR")
+	})
+
+	It("refuses to delete kube-system objects and objects it did not create", func(ctx SpecContext) {
+		victims := []client.ObjectKey{{Namespace: "kube-system", Name: "e2e-victim"}, {Namespace: localenv.SKRNamespace, Name: "e2e-victim"}}
+		for _, k := range victims {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: k.Name, Namespace: k.Namespace}}
+			Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, cm))).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.SKR().Delete(ctx, cm))).To(Succeed()) })
+		}
+		del := func(name string, k client.ObjectKey) v1alpha1.SyncItem {
+			it := item(name, fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q}}`, k.Name, k.Namespace))
+			it.Strategy = v1alpha1.Delete
+			return it
+		}
+		got := attack(ctx, "e2e-attack-delete", del("kube-system", victims[0]), del("foreign", victims[1]))
+		Expect(got.Status.Items).To(ConsistOf(
+			SatisfyAll(HaveField("Name", "kube-system"), HaveField("State", v1alpha1.ItemRefused), HaveField("Message", ContainSubstring(`"kube-system"`))),
+			SatisfyAll(HaveField("Name", "foreign"), HaveField("State", v1alpha1.ItemRefused), HaveField("Message", ContainSubstring("not created by this SyncResource"))),
+		))
+		for _, k := range victims {
+			Expect(env.SKR().Get(ctx, k, &corev1.ConfigMap{})).To(Succeed(), "%s was deleted", k)
+		}
+	})
+
+	It("refuses module A's manager creating, editing or deleting module B's SyncResource", func(ctx SpecContext) {
+		const user = "system:serviceaccount:kcp-system:e2e-intruder-manager"
+		grant := &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "e2e-intruder", Namespace: localenv.KymaNamespace},
+			Spec: v1alpha1.ModuleGrantSpec{Managers: []string{user}}}
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "e2e-intruder", Namespace: localenv.KymaNamespace},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"syncresources"},
+				Verbs: []string{"get", "list", "create", "update", "delete"}}}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-intruder", Namespace: localenv.KymaNamespace},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "e2e-intruder-manager", Namespace: localenv.KymaNamespace}}}
+		for _, o := range []client.Object{grant, role, binding} {
+			Expect(env.KCP().Create(ctx, o)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, o))).To(Succeed()) })
+		}
+		intruder, err := ms.KCPAs(user)
+		Expect(err).NotTo(HaveOccurred())
+		victim := &v1alpha1.SyncResource{}
+		Expect(env.KCP().Get(ctx, localenv.SampleModuleConfig(), victim)).To(Succeed(), "the example module manager's SyncResource")
+
+		// The API server takes up a new ModuleGrant (a policy parameter)
+		// within moments: until then RBAC alone would let the edit through,
+		// so the first refusal is awaited; every later one must hold.
+		Eventually(func(g Gomega) {
+			sr := victim.DeepCopy()
+			g.Expect(intruder.Get(ctx, client.ObjectKeyFromObject(sr), sr)).To(Succeed())
+			sr.Spec.Items = append(sr.Spec.Items, item("injected", configMapJSON("e2e-injected")))
+			err := intruder.Update(ctx, sr)
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "edit of module sample's SyncResource: %v", err)
+			g.Expect(err.Error()).To(ContainSubstring("manages module e2e-intruder"))
+		}).WithTimeout(within).Should(Succeed())
+		Expect(apierrors.IsForbidden(intruder.Delete(ctx, victim.DeepCopy()))).To(BeTrue(), "delete of module sample's SyncResource")
+		forged := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: "e2e-forged", Namespace: localenv.KymaNamespace},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{item("x", configMapJSON("e2e-forged"))}}}
+		Expect(apierrors.IsForbidden(intruder.Create(ctx, forged))).To(BeTrue(), "create of a SyncResource of module sample")
+		Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(victim), victim)).To(Succeed())
+		Expect(victim.Spec.Items).NotTo(ContainElement(HaveField("Name", "injected")))
+	})
+
+	It("refuses retargeting a SyncResource's spec.kyma to another runtime", func(ctx SpecContext) {
+		sr := &v1alpha1.SyncResource{}
+		Expect(env.KCP().Get(ctx, localenv.SampleModuleConfig(), sr)).To(Succeed())
+		sr.Spec.Kyma = "another-runtime"
+		err := env.KCP().Update(ctx, sr)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "retarget: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.kyma is immutable"))
+	})
+
+	It("takes the module name from its configuration, not from the SKR's Kind", func(ctx SpecContext) {
+		// The SKR owner re-creates the Module CRD (its Kind is immutable)
+		// with the Kind of another module; module-sync keeps mirroring the
+		// configured resource as module "sample".
+		key := client.ObjectKey{Name: localenv.SampleGVR.GroupResource().String()}
+		replace := func(ctx context.Context, mutate func(*apiextensionsv1.CustomResourceDefinition)) {
+			old := &apiextensionsv1.CustomResourceDefinition{}
+			Expect(env.SKR().Get(ctx, key, old)).To(Succeed())
+			Expect(env.SKR().Delete(ctx, old)).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(env.SKR().Get(ctx, key, &apiextensionsv1.CustomResourceDefinition{}))
+			}).
+				WithTimeout(time.Minute).Should(BeTrue())
+			crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: old.Name}, Spec: old.Spec}
+			mutate(crd)
+			Expect(env.SKR().Create(ctx, crd)).To(Succeed())
+			Eventually(func(g Gomega) {
+				got := &apiextensionsv1.CustomResourceDefinition{}
+				g.Expect(env.SKR().Get(ctx, key, got)).To(Succeed())
+				g.Expect(got.Status.AcceptedNames.Kind).To(Equal(crd.Spec.Names.Kind))
+			}).WithTimeout(time.Minute).Should(Succeed())
+		}
+		original := &apiextensionsv1.CustomResourceDefinition{}
+		Expect(env.SKR().Get(ctx, key, original)).To(Succeed())
+		replace(ctx, func(crd *apiextensionsv1.CustomResourceDefinition) {
+			crd.Spec.Names.Kind, crd.Spec.Names.ListKind, crd.Spec.Names.Singular = "Serverless", "ServerlessList", "serverless"
+		})
+		DeferCleanup(func(ctx SpecContext) {
+			replace(ctx, func(crd *apiextensionsv1.CustomResourceDefinition) { crd.Spec.Names = original.Spec.Names })
+			Eventually(func() error { return ms.SetSample(ctx, "restored", 1) }).WithTimeout(within).Should(Succeed())
+		})
+
+		greeting := fmt.Sprintf("spoofed-%d", time.Now().UnixNano())
+		cr := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"greeting": greeting}}}
+		cr.SetAPIVersion(localenv.SampleGVR.GroupVersion().String())
+		cr.SetKind("Serverless")
+		cr.SetNamespace(localenv.SKRNamespace)
+		cr.SetName("default")
+		Eventually(func() error { return env.SKR().Create(ctx, cr) }).WithTimeout(within).Should(Succeed())
+		Eventually(func(g Gomega) {
+			mc := &v1alpha1.ModuleConfig{}
+			g.Expect(env.KCP().Get(ctx, localenv.SampleModuleConfig(), mc)).To(Succeed())
+			g.Expect(string(mc.Spec.Resource.Raw)).To(ContainSubstring(greeting))
+			g.Expect(mc.Spec.Module).To(Equal(localenv.SampleModule))
+		}).WithTimeout(2 * time.Minute).Should(Succeed())
+		list := &v1alpha1.ModuleConfigList{}
+		Expect(env.KCP().List(ctx, list, client.InNamespace(localenv.KymaNamespace))).To(Succeed())
+		for _, mc := range list.Items {
+			Expect(mc.Spec.Module).NotTo(Equal("serverless"), "ModuleConfig %s", mc.Name)
+			Expect(mc.Labels[mirror.LabelModuleName]).NotTo(Equal("serverless"), "ModuleConfig %s", mc.Name)
+		}
+	})
+})
