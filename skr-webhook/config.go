@@ -68,8 +68,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.objectInterval, "object-interval", delivery.DefaultObjectInterval, "least time between two deliveries of one object; changes in between coalesce (0: none)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM (readiness already failing, admission still answered), how long pending events may still be delivered")
 	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
-	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync and heartbeats (managers first seen in a /validate/<manager> path too)")
-	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each known manager a heartbeat this often (0: off)")
+	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync (managers first seen in a /validate/<manager> path too); a line \"<manager> heartbeats\" also opts it in to heartbeats")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each manager opted in to heartbeats by the managers file a heartbeat this often (0: off)")
 	fs.IntVar(&c.maxManagers, "max-managers", delivery.DefaultMaxManagers, "managers known (managers file and admission paths) at most; one beyond gets no resyncs or heartbeats (counted), its events are still delivered")
 
 	if err := c.Parse(fs, args); err != nil || c.Version {
@@ -132,7 +132,7 @@ func (c *config) validate(clientDefaulted bool) error {
 		errs = append(errs, errors.New("--heartbeat-interval must not be negative"))
 	}
 	if c.managersFile != "" {
-		if _, err := readManagers(c.managersFile); err != nil {
+		if _, _, err := readManagers(c.managersFile); err != nil {
 			errs = append(errs, fmt.Errorf("--managers-file: %w", err))
 		}
 	}
