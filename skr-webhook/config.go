@@ -73,8 +73,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.objectInterval, "object-interval", delivery.DefaultObjectInterval, "least time between two deliveries of one object; changes in between coalesce (0: none)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM (readiness already failing, admission still answered), how long pending events may still be delivered")
 	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
-	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync and heartbeats (managers first seen in a /validate/<manager> path too)")
-	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each known manager a heartbeat this often (0: off)")
+	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync (managers first seen in a /validate/<manager> path too); a line \"<manager> heartbeats\" also opts it in to heartbeats")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each manager opted in to heartbeats by the managers file a heartbeat this often (0: off)")
 	minTLS := fs.String("min-tls-version", "1.2", "lowest TLS version offered to the KCP gateway: 1.2 or 1.3 (TLS 1.3 only)")
 	fs.StringVar(&c.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for the send spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else none (every event still carries a traceparent)")
 	fs.IntVar(&c.maxManagers, "max-managers", delivery.DefaultMaxManagers, "managers known (managers file and admission paths) at most; one beyond gets no resyncs or heartbeats (counted), its events are still delivered")
@@ -150,7 +150,7 @@ func (c *config) validate(clientDefaulted bool) error {
 		errs = append(errs, errors.New("--heartbeat-interval must not be negative"))
 	}
 	if c.managersFile != "" {
-		if _, err := readManagers(c.managersFile); err != nil {
+		if _, _, err := readManagers(c.managersFile); err != nil {
 			errs = append(errs, fmt.Errorf("--managers-file: %w", err))
 		}
 	}

@@ -20,40 +20,51 @@ import (
 const maxManagersFileBytes = 64 << 10
 
 // readManagers reads a managers file: one manager per line, blank lines
-// and lines starting with # ignored. A name that is not a DNS-1123 label
-// is an error (vs-controller renders only valid ones).
-func readManagers(path string) ([]string, error) {
+// and lines starting with # ignored. A line "<manager> heartbeats"
+// (contract.ManagerHeartbeats) also opts the manager in to heartbeats,
+// returned in heartbeats. A name that is not a DNS-1123 label, or any other
+// word after it, is an error (vs-controller renders only valid lines).
+func readManagers(path string) (names, heartbeats []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxManagersFileBytes+1))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(data) > maxManagersFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxManagersFileBytes)
+		return nil, nil, fmt.Errorf("%s is larger than %d bytes", path, maxManagersFileBytes)
 	}
-	var names []string
 	var errs []error
 	for i, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if !contract.ValidManager(line) {
-			errs = append(errs, fmt.Errorf("%s:%d: %q is not a valid manager name", path, i+1, line))
+		name, opt, hasOpt := strings.Cut(line, " ")
+		opt = strings.TrimSpace(opt)
+		switch {
+		case !contract.ValidManager(name):
+			errs = append(errs, fmt.Errorf("%s:%d: %q is not a valid manager name", path, i+1, name))
+			continue
+		case hasOpt && opt != contract.ManagerHeartbeats:
+			errs = append(errs, fmt.Errorf("%s:%d: %q after the manager name is not %q", path, i+1, opt, contract.ManagerHeartbeats))
 			continue
 		}
-		names = append(names, line)
+		names = append(names, name)
+		if hasOpt {
+			heartbeats = append(heartbeats, name)
+		}
 	}
-	return names, errors.Join(errs...)
+	return names, heartbeats, errors.Join(errs...)
 }
 
 // managerSink takes the managers the webhook knows.
 type managerSink interface {
 	SetManagers([]string)
+	SetHeartbeats([]string)
 	SeeManager(string)
 }
 
@@ -68,7 +79,7 @@ func watchManagers(ctx context.Context, path string, interval time.Duration, sin
 		if err == nil && bytes.Equal(data, last) {
 			return
 		}
-		names, perr := readManagers(path)
+		names, heartbeats, perr := readManagers(path)
 		if err == nil {
 			err = perr
 		}
@@ -85,7 +96,8 @@ func watchManagers(ctx context.Context, path string, interval time.Duration, sin
 		}
 		last = data
 		sink.SetManagers(names)
-		log.Info("managers file read", "path", path, "managers", names)
+		sink.SetHeartbeats(heartbeats)
+		log.Info("managers file read", "path", path, "managers", names, "heartbeats", heartbeats)
 	}
 	load()
 	t := time.NewTicker(interval)

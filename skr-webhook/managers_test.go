@@ -16,15 +16,31 @@ import (
 )
 
 type recordingSink struct {
-	mu   sync.Mutex
-	sets [][]string
-	seen []string
+	mu    sync.Mutex
+	sets  [][]string
+	beats [][]string
+	seen  []string
 }
 
 func (r *recordingSink) SetManagers(names []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sets = append(r.sets, names)
+}
+
+func (r *recordingSink) SetHeartbeats(names []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.beats = append(r.beats, names)
+}
+
+func (r *recordingSink) lastBeats() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.beats) == 0 {
+		return nil
+	}
+	return r.beats[len(r.beats)-1]
 }
 
 func (r *recordingSink) SeeManager(name string) {
@@ -51,19 +67,22 @@ func TestReadManagers(t *testing.T) {
 		}
 		return p
 	}
-	names, err := readManagers(write("# rendered by vs-controller\nlifecycle-manager\n\n  module-sync  \n"))
-	if err != nil || strings.Join(names, ",") != "lifecycle-manager,module-sync" {
-		t.Fatalf("%v %v", names, err)
+	names, beats, err := readManagers(write("# rendered by vs-controller\nlifecycle-manager\n\n  module-sync  heartbeats \n"))
+	if err != nil || strings.Join(names, ",") != "lifecycle-manager,module-sync" || strings.Join(beats, ",") != "module-sync" {
+		t.Fatalf("%v %v %v", names, beats, err)
 	}
-	names, err = readManagers(write("good\nBad_Name\n"))
-	if err == nil || !strings.Contains(err.Error(), `"Bad_Name" is not a valid manager name`) || strings.Join(names, ",") != "good" {
-		t.Fatalf("%v %v", names, err)
+	names, beats, err = readManagers(write("good\nBad_Name\nother heartbeat\nlast heartbeats extra\n"))
+	if err == nil || !strings.Contains(err.Error(), `"Bad_Name" is not a valid manager name`) ||
+		!strings.Contains(err.Error(), `:3: "heartbeat" after the manager name is not "heartbeats"`) ||
+		!strings.Contains(err.Error(), `:4: "heartbeats extra"`) ||
+		strings.Join(names, ",") != "good" || len(beats) != 0 {
+		t.Fatalf("%v %v %v", names, beats, err)
 	}
-	if _, err := readManagers(write(strings.Repeat("a\n", maxManagersFileBytes))); err == nil {
+	if _, _, err := readManagers(write(strings.Repeat("a\n", maxManagersFileBytes))); err == nil {
 		t.Fatal("oversized file accepted")
 	}
-	if names, err := readManagers(write("")); err != nil || len(names) != 0 {
-		t.Fatalf("empty file: %v %v", names, err)
+	if names, beats, err := readManagers(write("")); err != nil || len(names) != 0 || len(beats) != 0 {
+		t.Fatalf("empty file: %v %v %v", names, beats, err)
 	}
 }
 
@@ -86,13 +105,14 @@ func TestWatchManagers(t *testing.T) {
 	g.Eventually(sink.last).Should(gomega.Equal([]string{"a"}))
 	// A ConfigMap volume swaps the file: write a new one and rename it in.
 	tmp := p + ".new"
-	if err := os.WriteFile(tmp, []byte("a\nb\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte("a\nb heartbeats\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
 	g.Eventually(sink.last).Should(gomega.Equal([]string{"a", "b"}))
+	g.Eventually(sink.lastBeats).Should(gomega.Equal([]string{"b"}))
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}

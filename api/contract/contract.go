@@ -58,6 +58,12 @@ func ValidManager(name string) bool {
 	return len(validation.IsDNS1123Label(name)) == 0
 }
 
+// ManagerHeartbeats follows a manager's name on its line of skr-webhook's
+// managers file ("<manager> heartbeats"): the manager opted in to
+// heartbeats (Watcher spec.heartbeats). A line with the name alone gets
+// none: Kyma's listener cannot tell a heartbeat from a change.
+const ManagerHeartbeats = "heartbeats"
+
 // HTTP headers (lowercase, as Envoy passes them to ext_authz).
 const (
 	// HeaderXFCC carries the client certificate set by the gateway

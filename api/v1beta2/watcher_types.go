@@ -95,6 +95,16 @@ type WatcherSpec struct {
 
 	// Gateway selects the Istio Gateways the events arrive through.
 	Gateway GatewayConfig `json:"gateway"`
+
+	// Heartbeats opts the manager in to heartbeat events (a body
+	// {"watched":{},"watchedGvk":{},"heartbeat":true} every
+	// --heartbeat-interval per runtime, docs/architecture.md §4.8). Off by
+	// default: Kyma's listener has no field for the marker and hands a
+	// heartbeat to its operator as an ordinary event with an empty object,
+	// a full reconcile of the runtime. A manager gets heartbeats when any
+	// of its usable Watchers sets this. Not in Lifecycle Manager's CRD.
+	// +optional
+	Heartbeats bool `json:"heartbeats,omitempty"`
 }
 
 // WatcherStatus is the observed state of a Watcher.

@@ -58,8 +58,8 @@ type Config struct {
 	// ObjectInterval is the least time between two deliveries of one object
 	// (changes in between coalesce into one delivery). Negative disables it.
 	ObjectInterval time.Duration
-	// HeartbeatInterval: a heartbeat per known manager this often. Zero:
-	// none.
+	// HeartbeatInterval: a heartbeat this often per known manager that
+	// opted in (SetHeartbeats). Zero: none.
 	HeartbeatInterval time.Duration
 	// MaxManagers bounds the managers known (from the managers file and from
 	// admission paths). Events of a manager beyond it are still delivered,
@@ -156,8 +156,9 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	managers map[string]*manager
-	failing  atomic.Bool  // an attempt failed retriably since the last recovery
-	lastOK   atomic.Int64 // clock time (UnixNano) of the last delivery
+	optedIn  map[string]bool // managers opted in to heartbeats (SetHeartbeats)
+	failing  atomic.Bool     // an attempt failed retriably since the last recovery
+	lastOK   atomic.Int64    // clock time (UnixNano) of the last delivery
 
 	ctx      context.Context // cancelled when the drain time is up
 	cancel   context.CancelFunc
@@ -261,6 +262,38 @@ func (d *Dispatcher) SetManagers(names []string) {
 			d.queue.Forget(HeartbeatKey(n))
 		}
 	}
+}
+
+// SetHeartbeats sets the managers opted in to heartbeats (the managers
+// file's "<manager> heartbeats" lines). Only a known one that opted in
+// gets heartbeats; by default none does, as Kyma's listener hands a
+// heartbeat to its operator as an ordinary event (a full reconcile).
+func (d *Dispatcher) SetHeartbeats(names []string) {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.optedIn = set
+	for n := range d.managers {
+		if !set[n] {
+			d.queue.Forget(HeartbeatKey(n))
+		}
+	}
+}
+
+// heartbeatManagers returns the known managers opted in to heartbeats.
+func (d *Dispatcher) heartbeatManagers() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for n := range d.managers {
+		if d.optedIn[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Managers returns the known managers.
@@ -400,7 +433,7 @@ func (d *Dispatcher) heartbeats() {
 		case <-d.stopping:
 			return
 		case <-t.C():
-			for _, m := range d.Managers() {
+			for _, m := range d.heartbeatManagers() {
 				d.queue.Add(HeartbeatKey(m))
 			}
 		}
@@ -419,13 +452,17 @@ func (d *Dispatcher) work() {
 }
 
 // event builds what a lease sends; false when there is nothing to send (a
-// resync of a manager forgotten meanwhile).
+// resync of a manager forgotten meanwhile, a heartbeat of a manager no
+// longer opted in).
 func (d *Dispatcher) event(l *Lease) (contract.WatchEvent, bool) {
-	if l.Key.Control != ControlResync {
+	if l.Key.Control != ControlResync && l.Key.Control != ControlHeartbeat {
 		return l.Key.Event(), true
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if l.Key.Control == ControlHeartbeat {
+		return l.Key.Event(), d.optedIn[l.Key.Manager]
+	}
 	m, ok := d.managers[l.Key.Manager]
 	if !ok {
 		return contract.WatchEvent{}, false

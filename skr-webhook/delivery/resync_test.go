@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -422,8 +423,9 @@ func TestExpiredRequestsAResync(t *testing.T) {
 	}
 }
 
-// Heartbeats: one per known manager per interval, coalesced while one is
-// pending, counted when they fail.
+// Heartbeats: one per known manager that opted in per interval, coalesced
+// while one is pending, counted when they fail. A manager that did not opt
+// in (the default) gets its startup resync but never a heartbeat.
 func TestHeartbeats(t *testing.T) {
 	var mu sync.Mutex
 	fail := false
@@ -435,18 +437,24 @@ func TestHeartbeats(t *testing.T) {
 		}
 		return status(200)
 	})
-	e.d.SetManagers([]string{"a", "b"})
+	e.d.SetManagers([]string{"a", "b", "kyma-listener"})
+	e.d.SetHeartbeats([]string{"a", "b", "unknown"})
 	e.d.Start()
-	e.waitCalls(t, 2) // startup resyncs
+	e.waitCalls(t, 3) // startup resyncs
 	eventually(t, "ticker", e.clock.HasWaiters)
 	e.clock.Step(5 * time.Minute)
-	e.waitCalls(t, 4)
+	e.waitCalls(t, 5)
 	eventually(t, "sent", func() bool { return e.counter(t, "heartbeats_sent_total") == 2 })
-	for _, c := range e.s.snapshot()[2:] {
+	var beaten []string
+	for _, c := range e.s.snapshot()[3:] {
 		body, _ := json.Marshal(c.ev)
 		if string(body) != `{"watched":{},"watchedGvk":{},"heartbeat":true}` {
 			t.Fatalf("heartbeat body %s", body)
 		}
+		beaten = append(beaten, c.manager)
+	}
+	if slices.Sort(beaten); !slices.Equal(beaten, []string{"a", "b"}) {
+		t.Fatalf("heartbeats to %v, want a and b only", beaten)
 	}
 	mu.Lock()
 	fail = true
@@ -467,10 +475,60 @@ func TestHeartbeats(t *testing.T) {
 	eventually(t, "recovered", func() bool { return e.counter(t, "heartbeats_sent_total") == 4 })
 }
 
+// A heartbeat queued for a manager that is not (or no longer) opted in is
+// not sent.
+func TestHeartbeatOptedOutWhileQueued(t *testing.T) {
+	e := newFakeEnv(t, Config{HeartbeatInterval: 5 * time.Minute}, func(int, contract.WatchEvent) Result { return status(200) })
+	e.d.SetManagers([]string{"a"})
+	e.d.queue.Add(HeartbeatKey("a")) // queued, as by a tick just before the opt-out
+	e.d.Start()
+	e.waitCalls(t, 1) // startup resync only
+	eventually(t, "heartbeat dropped", func() bool { return e.d.Depth() == 0 })
+	if got := e.counter(t, "heartbeats_sent_total"); got != 0 || e.s.n() != 1 {
+		t.Fatalf("heartbeats sent %v, calls %d", got, e.s.n())
+	}
+}
+
+// Opting out drops a pending heartbeat and stops further ones.
+func TestHeartbeatsOptOut(t *testing.T) {
+	var mu sync.Mutex
+	fail := true
+	e := newFakeEnv(t, Config{HeartbeatInterval: 5 * time.Minute}, func(_ int, ev contract.WatchEvent) Result {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail && ev.Heartbeat {
+			return status(503)
+		}
+		return status(200)
+	})
+	e.d.SetManagers([]string{"a"})
+	e.d.SetHeartbeats([]string{"a"})
+	e.d.Start()
+	e.waitCalls(t, 1) // startup resync
+	eventually(t, "ticker", e.clock.HasWaiters)
+	e.clock.Step(5 * time.Minute)
+	e.waitCalls(t, 2)
+	eventually(t, "heartbeat waits to retry", func() bool { return e.counter(t, "event_retries_total") == 1 })
+	e.d.SetHeartbeats(nil)
+	if got := e.d.Depth(); got != 0 {
+		t.Fatalf("depth %d: the pending heartbeat was not forgotten", got)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	for range 2 {
+		e.clock.Step(5 * time.Minute)
+	}
+	if got := e.d.Depth(); got != 0 || e.s.n() != 2 {
+		t.Fatalf("depth %d, calls %d: heartbeats after opting out", got, e.s.n())
+	}
+}
+
 // Heartbeats and resyncs are handed out before a backlog of changes.
 func TestControlEventsSkipTheBacklog(t *testing.T) {
 	e := newFakeEnv(t, Config{QueueSize: 1000}, func(int, contract.WatchEvent) Result { return status(200) })
 	e.d.SetManagers([]string{"m"})
+	e.d.SetHeartbeats([]string{"m"})
 	for i := range 500 {
 		e.d.Enqueue("m", watch(fmt.Sprint(i)))
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 )
 
@@ -55,12 +56,18 @@ func (s *System) WebhookManagersFile() string { return filepath.Join(s.Dir, "skr
 
 // deliveryFlags are the skr-webhook flags of §3.8 its binary supports:
 // --managers-file (the sample manager, as vs-controller's ConfigMap would
-// list it) and --heartbeat-interval. Older binaries do not have them.
+// list it for manifests/samples/watcher.yaml: opted in to heartbeats when
+// the binary knows the opt-in) and --heartbeat-interval. Older binaries do
+// not have them.
 func (s *System) deliveryFlags(o Options) ([]string, error) {
 	out, _ := exec.Command(s.webhookBinary, "-h").CombinedOutput() //nolint:gosec // our own binary
 	var flags []string
 	if bytes.Contains(out, []byte("-managers-file")) {
-		if err := os.WriteFile(s.WebhookManagersFile(), []byte(Manager+"\n"), 0o600); err != nil {
+		line := Manager + "\n"
+		if bytes.Contains(out, []byte("<manager> "+contract.ManagerHeartbeats)) {
+			line = Manager + " " + contract.ManagerHeartbeats + "\n"
+		}
+		if err := os.WriteFile(s.WebhookManagersFile(), []byte(line), 0o600); err != nil {
 			return nil, err
 		}
 		flags = append(flags, "--managers-file", s.WebhookManagersFile())

@@ -542,7 +542,8 @@ func (s *System) applySamples(ctx context.Context) error {
 }
 
 // SampleWatcher is the Watcher of the example operator: Kyma CRs in every
-// SKR with the watched-by label, spec changes, through the default gateway.
+// SKR with the watched-by label, spec changes, through the default gateway;
+// heartbeats opted in (the example operator is on our listener).
 func SampleWatcher() *v1beta2.Watcher {
 	return &v1beta2.Watcher{
 		ObjectMeta: metav1.ObjectMeta{Name: WatcherName, Namespace: KymaNamespace},
@@ -555,6 +556,7 @@ func SampleWatcher() *v1beta2.Watcher {
 			Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
 				MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
 			}},
+			Heartbeats: true,
 		},
 	}
 }

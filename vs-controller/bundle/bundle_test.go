@@ -343,17 +343,26 @@ func TestDeliveryObjects(t *testing.T) {
 
 	deleting := watcher("kcp-system", "gone", "gone-manager", v1beta2.SpecField, nil)
 	deleting.DeletionTimestamp = &metav1.Time{}
+	deletingBeats := watcher("kcp-system", "gone-beats", "zeta", v1beta2.SpecField, nil)
+	deletingBeats.DeletionTimestamp = &metav1.Time{}
+	deletingBeats.Spec.Heartbeats = true
 	ws := []v1beta2.Watcher{
 		watcher("kcp-system", "w2", "zeta", v1beta2.SpecField, nil),
 		watcher("kcp-system", "w1", "lifecycle-manager", v1beta2.SpecField, nil),
 		watcher("other", "w3", "lifecycle-manager", v1beta2.StatusField, nil), // same manager: one line
 		deleting,
+		deletingBeats, // not usable: its opt-in does not count
 	}
 	cm := bundle.ManagersConfigMap(o, ws)
 	if cm.Name != bundle.ManagersConfigMapName || cm.Namespace != "skr-ns" {
 		t.Fatalf("configmap %s/%s", cm.Namespace, cm.Name)
 	}
 	if got := cm.Data[bundle.ManagersKey]; got != "lifecycle-manager\nzeta\n" {
+		t.Fatalf("managers file %q: heartbeats are opt-in", got)
+	}
+	// One Watcher of a manager opting in is enough.
+	ws[2].Spec.Heartbeats = true
+	if got := bundle.ManagersConfigMap(o, ws).Data[bundle.ManagersKey]; got != "lifecycle-manager heartbeats\nzeta\n" {
 		t.Fatalf("managers file %q", got)
 	}
 	if got := bundle.ManagersConfigMap(o, nil).Data[bundle.ManagersKey]; got != "" {

@@ -19,8 +19,9 @@ const (
 	// ManagersConfigMapName is the ConfigMap holding the managers file.
 	ManagersConfigMapName = "skr-webhook-managers"
 	// ManagersKey is its key: one manager name per line, sorted, each
-	// followed by a newline. The Deployment mounts it at
-	// /etc/skr-webhook/managers/managers (--managers-file).
+	// followed by " heartbeats" (contract.ManagerHeartbeats) when the
+	// manager opted in to heartbeats, and a newline. The Deployment mounts
+	// it at /etc/skr-webhook/managers/managers (--managers-file).
 	ManagersKey = "managers"
 )
 
@@ -50,14 +51,31 @@ func Managers(watchers []v1beta2.Watcher) []string {
 	return out
 }
 
+// HeartbeatManagers are the managers of the usable Watchers that opted in
+// to heartbeats (spec.heartbeats): a manager is in when any of its usable
+// Watchers sets it.
+func HeartbeatManagers(watchers []v1beta2.Watcher) map[string]bool {
+	out := map[string]bool{}
+	for i := range watchers {
+		if w := &watchers[i]; w.Spec.Heartbeats && Usable(w) {
+			out[w.ManagerName()] = true
+		}
+	}
+	return out
+}
+
 // ManagersConfigMap is the ConfigMap skr-webhook-managers: the webhook's
-// --managers-file, one manager per line, built from all Watchers like the
-// webhook configuration. The webhook re-reads it, so a Watcher change
-// restarts nothing.
+// --managers-file, one manager per line (ManagersKey), built from all
+// Watchers like the webhook configuration. The webhook re-reads it, so a
+// Watcher change restarts nothing.
 func ManagersConfigMap(o Options, watchers []v1beta2.Watcher) *corev1.ConfigMap {
 	var b strings.Builder
+	heartbeats := HeartbeatManagers(watchers)
 	for _, m := range Managers(watchers) {
 		b.WriteString(m)
+		if heartbeats[m] {
+			b.WriteString(" " + contract.ManagerHeartbeats)
+		}
 		b.WriteByte('\n')
 	}
 	return &corev1.ConfigMap{
