@@ -210,6 +210,16 @@ func TestAllowedRequestIsSanitizedCheckedAndRouted(t *testing.T) {
 	if got := req.GetAttributes().GetRequest().GetHttp().GetHeaders()[contract.HeaderXFCC]; got != want {
 		t.Errorf("ext-authz saw XFCC %q, want the sanitized %q", got, want)
 	}
+	handshakes, err := promtext.Gathered(f.reg, "gateway_downstream_tls_handshakes_total", "version", "cipher")
+	must(t, err)
+	for k, n := range handshakes {
+		if !strings.HasPrefix(k, "TLS 1.3/TLS_") || n != 1 || len(handshakes) != 1 {
+			t.Errorf("gateway_downstream_tls_handshakes_total %v, want the one TLS 1.3 handshake with its suite", handshakes)
+		}
+	}
+	if len(handshakes) == 0 {
+		t.Error("gateway_downstream_tls_handshakes_total counted no handshake")
+	}
 }
 
 func TestDeniedAnswerReachesTheClient(t *testing.T) {
