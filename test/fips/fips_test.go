@@ -6,20 +6,20 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/gateway/xdstest"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
@@ -38,6 +38,7 @@ func must(t *testing.T, err error) {
 // TLS 1.3 with a FIPS-approved suite, ext-authz allows the event, and both
 // binaries' metrics show FIPS mode.
 func TestFIPSBinariesMTLS(t *testing.T) {
+	testenv.SkipIfShort(t)
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -78,41 +79,22 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 	go func() { _ = up.Serve(upLn) }()
 	defer func() { _ = up.Close() }()
 
-	// The gateway stand-in, recording the TLS of each handshake.
-	vs := gateway.EventRoute("istio-system/kcp-gateway", "localhost", "lifecycle-manager", "listener.kcp-system.svc.cluster.local", 8082)
-	gwTLS, err := gwLeaf.TLS()
+	// The gateway stand-in, configured over ADS as istiod configures it for
+	// the kcp-gateway, counting each handshake's version and cipher suite.
+	ads := xdstest.Start(t)
+	edge, err := xdstest.NewEdge(authz.GRPCAddr, upLn.Addr().String())
 	must(t, err)
-	gw, err := gateway.New(gateway.Config{
-		ServerCert: gwTLS, ClientCAs: ca.Pool(), AuthzAddr: authz.GRPCAddr, AuthzTimeout: 2 * time.Second,
-		Gateway: "istio-system/kcp-gateway", VirtualServices: fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(vs).Build(),
-		Upstreams: map[string]string{"listener.kcp-system.svc.cluster.local:8082": upLn.Addr().String()},
-		Log:       testr.New(t),
-	})
-	must(t, err)
-	defer func() { _ = gw.Close() }()
-	var mu sync.Mutex
-	var handshakes []tls.ConnectionState
-	tlsCfg := gw.TLSConfig()
-	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		mu.Lock()
-		defer mu.Unlock()
-		handshakes = append(handshakes, cs)
-		return nil
-	}
-	gwSrv := &http.Server{Handler: gw, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second}
-	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	go func() { _ = gwSrv.ServeTLS(gwLn, "", "") }()
-	defer func() { _ = gwSrv.Close() }()
+	must(t, edge.Serve(ads))
+	gwReg := prometheus.NewRegistry()
+	xdstest.RunGateway(t, ads, edge, xdstest.Secrets(gwLeaf, ca), gwReg)
 
 	// skr-webhook, TLS 1.3 only towards the KCP.
 	dir := t.TempDir()
 	caFile, certFile, keyFile, err := skrLeaf.WriteFiles(dir, ca)
 	must(t, err)
-	_, gwPort, _ := net.SplitHostPort(gwLn.Addr().String())
 	listenAddr, metricsAddr, healthAddr := testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr()
 	cmd := exec.Command(webhookBin, "--listen-addr", listenAddr, "--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr,
-		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile, "--kcp-addr", "localhost:"+gwPort,
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile, "--kcp-addr", "localhost:"+strconv.Itoa(int(edge.Port)),
 		"--min-tls-version", "1.3", "--heartbeat-interval", "0")
 	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
 	must(t, cmd.Start())
@@ -133,28 +115,30 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 		t.Fatalf("admission answered %d", resp.StatusCode)
 	}
 
-	// Through the gateway: ext-authz allowed it as runtime-1.
+	// Through the gateway: the client certificate was runtime-1's and
+	// ext-authz allowed it as runtime-1.
 	select {
 	case h := <-events:
 		if got := h.Get(contract.HeaderRuntimeID); got != "runtime-1" {
 			t.Errorf("upstream %s = %q, want runtime-1", contract.HeaderRuntimeID, got)
 		}
+		if got, want := h.Get(contract.HeaderXFCC), gateway.XFCC(skrLeaf.Cert); got != want {
+			t.Errorf("upstream XFCC %q, want runtime-1's certificate %q", got, want)
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the upstream within 30s")
 	}
-	mu.Lock()
+	// Every handshake at the gateway: TLS 1.3 with a FIPS-approved suite.
+	handshakes, err := promtext.Gathered(gwReg, "gateway_downstream_tls_handshakes_total", "version", "cipher")
+	must(t, err)
 	if len(handshakes) == 0 {
-		t.Error("no handshake recorded")
+		t.Error("no handshake counted")
 	}
-	for _, cs := range handshakes {
-		if cs.Version != tls.VersionTLS13 || len(cs.PeerCertificates) == 0 || cs.PeerCertificates[0].Subject.CommonName != "runtime-1" {
-			t.Errorf("handshake %s with %d peer certificates, want TLS 1.3 with runtime-1's certificate", tls.VersionName(cs.Version), len(cs.PeerCertificates))
-		}
-		if cs.CipherSuite != tls.TLS_AES_128_GCM_SHA256 && cs.CipherSuite != tls.TLS_AES_256_GCM_SHA384 {
-			t.Errorf("cipher suite %s is not FIPS-approved", tls.CipherSuiteName(cs.CipherSuite))
+	for k := range handshakes {
+		if k != "TLS 1.3/TLS_AES_128_GCM_SHA256" && k != "TLS 1.3/TLS_AES_256_GCM_SHA384" {
+			t.Errorf("handshake %s: want TLS 1.3 with a FIPS-approved suite", k)
 		}
 	}
-	mu.Unlock()
 
 	for _, m := range []struct{ url, name string }{
 		{"http://" + authz.MetricsAddr + "/metrics", "runtime_watcher_ext_authz_fips140_enabled"},

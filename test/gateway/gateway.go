@@ -24,7 +24,9 @@
 //     credentialName, kubernetes://<name> and kubernetes://<name>-cacert,
 //     read as the Secrets of those names in the gateway's namespace (istiod
 //     serves SDS only to an authenticated proxy, which the stand-in on
-//     istiod's plaintext port is not)
+//     istiod's plaintext port is not); each handshake's version and cipher
+//     suite counted as Envoy's listener ssl.versions and ssl.ciphers statistics
+//     (gateway_downstream_tls_handshakes_total)
 //     (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/transport_sockets/tls/v3/tls.proto).
 //   - The HTTP connection manager: normalize_path and merge_slashes,
 //     forward_client_cert_details (SANITIZE, FORWARD_ONLY, APPEND_FORWARD,
@@ -449,6 +451,10 @@ func (g *Gateway) tlsFor(listenerName, serverName string) (*tls.Config, error) {
 		CipherSuites: t.cipherSuites,
 		NextProtos:   t.alpn,
 		ClientAuth:   tls.NoClientCert,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			g.metrics.handshakes.WithLabelValues(tls.VersionName(cs.Version), tls.CipherSuiteName(cs.CipherSuite)).Inc()
+			return nil
+		},
 	}
 	if t.minVersion != 0 {
 		c.MinVersion = t.minVersion

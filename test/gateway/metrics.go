@@ -7,14 +7,17 @@ import (
 )
 
 // metrics count the stand-in's decisions: xDS updates accepted or refused,
-// stream (re)connections, ext_authz outcomes, request outcomes and TLS
-// connections without a filter chain.
+// stream (re)connections, ext_authz outcomes, request outcomes, TLS
+// connections without a filter chain and the version and cipher suite of
+// each downstream handshake (Envoy's listener ssl.versions and ssl.ciphers
+// statistics).
 type metrics struct {
 	updates     *prometheus.CounterVec
 	streams     *prometheus.CounterVec
 	authz       *prometheus.CounterVec
 	requests    *prometheus.CounterVec
 	connections *prometheus.CounterVec
+	handshakes  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -33,12 +36,15 @@ func newMetrics() *metrics {
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_connections_refused_total",
 			Help: "TLS connections refused before a request: no_filter_chain (no chain matches the SNI)."},
 			[]string{"reason"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gateway_downstream_tls_handshakes_total",
+			Help: "Downstream TLS handshakes that passed certificate verification, by protocol version (\"TLS 1.3\") and cipher suite (Go's name), as Envoy's listener ssl.versions and ssl.ciphers statistics."},
+			[]string{"version", "cipher"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.updates, m.streams, m.authz, m.requests, m.connections} {
+	for _, c := range []prometheus.Collector{m.updates, m.streams, m.authz, m.requests, m.connections, m.handshakes} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)

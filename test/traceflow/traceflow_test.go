@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
@@ -26,9 +26,8 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/gateway/xdstest"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 type lookup map[string]identity.Runtime
@@ -88,20 +87,13 @@ func TestOneWriteToOperator(t *testing.T) {
 	must(t, err)
 	go func() { _ = lis.Start(ctx) }()
 
-	// The gateway stand-in routing the manager's path to the listener.
-	vs := gateway.EventRoute("istio-system/kcp-gateway", "localhost", "lifecycle-manager", "listener.kcp-system.svc.cluster.local", 8082)
-	gwTLS, err := gwLeaf.TLS()
+	// The gateway stand-in, configured over ADS as istiod configures it:
+	// ext_authz, then the manager's path to the listener.
+	ads := xdstest.Start(t)
+	edge, err := xdstest.NewEdge(authzLn.Addr().String(), lisLn.Addr().String())
 	must(t, err)
-	gw, err := gateway.New(gateway.Config{
-		ServerCert: gwTLS, ClientCAs: ca.Pool(), AuthzAddr: authzLn.Addr().String(), AuthzTimeout: 2 * time.Second,
-		Gateway: "istio-system/kcp-gateway", VirtualServices: fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(vs).Build(),
-		Upstreams: map[string]string{"listener.kcp-system.svc.cluster.local:8082": lisLn.Addr().String()},
-		Log:       testr.New(t),
-	})
-	must(t, err)
-	gwLn := listen(t)
-	go func() { _ = gw.Serve(ctx, gwLn) }()
-	defer func() { _ = gw.Close() }()
+	must(t, edge.Serve(ads))
+	xdstest.RunGateway(t, ads, edge, xdstest.Secrets(gwLeaf, ca), nil)
 
 	// The skr-webhook: admission handler, dispatcher, traced mTLS sender (TLS 1.3 only).
 	dir := t.TempDir()
@@ -111,8 +103,7 @@ func TestOneWriteToOperator(t *testing.T) {
 	must(t, err)
 	kcp, err := delivery.NewClient(delivery.ClientConfig{CAFile: caFile, Certs: staticCert{skrTLS}, MinTLSVersion: tls.VersionTLS13}, testr.New(t))
 	must(t, err)
-	_, port, _ := net.SplitHostPort(gwLn.Addr().String())
-	sender, err := delivery.NewHTTPSender("localhost:"+port, kcp.HTTP)
+	sender, err := delivery.NewHTTPSender("localhost:"+strconv.Itoa(int(edge.Port)), kcp.HTTP)
 	must(t, err)
 	sender.WithTracer(tp.Tracer("skr-webhook"))
 	d := delivery.New(delivery.Config{ObjectInterval: -1}, sender, testr.New(t))

@@ -1,4 +1,4 @@
-package gateway_test
+package xdstest
 
 import (
 	"fmt"
@@ -12,11 +12,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// adsServer is a minimal state-of-the-world ADS server for the tests: it
-// answers each subscription with the resources it holds of that type (by
-// name when named), pushes every Set to open streams, and records the
-// clients' ACKs and NACKs.
-type adsServer struct {
+// Server is a minimal state-of-the-world ADS server: it answers each
+// subscription with the resources it holds of that type (by name when
+// named), pushes every Set to open streams, and records the clients' ACKs
+// and NACKs.
+type Server struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	mu      sync.Mutex
 	version int
@@ -34,9 +34,10 @@ type adsStream struct {
 	subs  map[string]bool
 }
 
-func startADS(t *testing.T) *adsServer {
+// Start serves an empty ADS server on a loopback port until the test ends.
+func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &adsServer{byType: map[string][]proto.Message{}, streams: map[*adsStream]bool{}, acks: map[string]string{}, changed: make(chan struct{})}
+	s := &Server{byType: map[string][]proto.Message{}, streams: map[*adsStream]bool{}, acks: map[string]string{}, changed: make(chan struct{})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,12 +50,16 @@ func startADS(t *testing.T) *adsServer {
 	return s
 }
 
-func typeOf(m proto.Message) string {
+// Addr is the server's address (host:port).
+func (s *Server) Addr() string { return s.addr }
+
+// TypeURL is the xDS type URL of m's type.
+func TypeURL(m proto.Message) string {
 	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
 }
 
 // Set replaces the resources of their type (all of one type) and pushes.
-func (s *adsServer) Set(t string, ms ...proto.Message) {
+func (s *Server) Set(t string, ms ...proto.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.version++
@@ -67,13 +72,13 @@ func (s *adsServer) Set(t string, ms ...proto.Message) {
 }
 
 // Version is the version the next Set pushes, minus one: the last pushed.
-func (s *adsServer) Version() string {
+func (s *Server) Version() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return fmt.Sprint(s.version)
 }
 
-func (s *adsServer) responseLocked(t string, names []string) *discoveryv3.DiscoveryResponse {
+func (s *Server) responseLocked(t string, names []string) *discoveryv3.DiscoveryResponse {
 	resp := &discoveryv3.DiscoveryResponse{TypeUrl: t, VersionInfo: fmt.Sprint(s.version), Nonce: fmt.Sprintf("n%d", s.version)}
 	for _, m := range s.byType[t] {
 		if names != nil && !contains(names, resourceName(m)) {
@@ -102,7 +107,7 @@ func resourceName(m proto.Message) string {
 	return m.ProtoReflect().Get(fd).String()
 }
 
-func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	st := &adsStream{send: make(chan *discoveryv3.DiscoveryResponse, 64), names: map[string][]string{}, subs: map[string]bool{}}
 	s.mu.Lock()
 	s.streams[st] = true
@@ -134,7 +139,7 @@ func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDisco
 			st.subs[t] = true
 			if len(names) > 0 {
 				st.names[t] = names
-			} else if t != typeOf(&discoveryv3.DiscoveryRequest{}) {
+			} else if t != TypeURL(&discoveryv3.DiscoveryRequest{}) {
 				st.names[t] = nil
 			}
 			if newSub {
@@ -168,21 +173,21 @@ func equal(a, b []string) bool {
 }
 
 // Nacks are the error details of the NACKs received.
-func (s *adsServer) Nacks() []string {
+func (s *Server) Nacks() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.nacks...)
 }
 
 // Acked is the version last ACKed for type t.
-func (s *adsServer) Acked(t string) string {
+func (s *Server) Acked(t string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.acks[t]
 }
 
 // Changed is closed at the next ACK or NACK.
-func (s *adsServer) Changed() <-chan struct{} {
+func (s *Server) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.changed
