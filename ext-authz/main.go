@@ -206,7 +206,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		// (healthSrv.Shutdown) overrides it.
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		var was error = errors.New("not serving yet")
+		was := errors.New("not serving yet")
 		for first := true; ; first = false {
 			err := rd.check()
 			if (err == nil) != (was == nil) {

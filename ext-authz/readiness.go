@@ -34,11 +34,11 @@ func (r readiness) check() error {
 	select {
 	case <-r.kymas.Synced():
 	default:
-		return errors.New("Kyma cache not synced")
+		return errors.New("the Kyma cache has not synced")
 	}
 	now := r.now()
 	if since := r.kymas.FailingSince(); !since.IsZero() && now.Sub(since) > r.lostAfter {
-		return fmt.Errorf("Kyma CRs not listed or watched since %s (the API server fails)", since.UTC().Format(time.RFC3339))
+		return fmt.Errorf("the Kyma CRs not listed or watched since %s (the API server fails)", since.UTC().Format(time.RFC3339))
 	}
 	if r.bundle != nil {
 		if b := r.bundle(); b == nil {

@@ -7,7 +7,7 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	base := []string{"--module-resources", "sample.kyma-project.io/v1alpha1/samples"}
+	base := []string{"--module-resources", "sample=sample.kyma-project.io/v1alpha1/samples"}
 	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
 	startuptest.Run(t, parseConfig, []startuptest.Case[*config]{
 		{Name: "defaults", Args: base, Check: func(t *testing.T, c *config) {
