@@ -346,6 +346,8 @@ func TestDeliveryObjects(t *testing.T) {
 	deletingBeats := watcher("kcp-system", "gone-beats", "zeta", v1beta2.SpecField, nil)
 	deletingBeats.DeletionTimestamp = &metav1.Time{}
 	deletingBeats.Spec.Heartbeats = true
+	// Younger than w2, so w2 holds the manager zeta (Webhooked).
+	deletingBeats.CreationTimestamp = metav1.NewTime(time.Unix(1, 0))
 	ws := []v1beta2.Watcher{
 		watcher("kcp-system", "w2", "zeta", v1beta2.SpecField, nil),
 		watcher("kcp-system", "w1", "lifecycle-manager", v1beta2.SpecField, nil),
@@ -360,8 +362,14 @@ func TestDeliveryObjects(t *testing.T) {
 	if got := cm.Data[bundle.ManagersKey]; got != "lifecycle-manager\nzeta\n" {
 		t.Fatalf("managers file %q: heartbeats are opt-in", got)
 	}
-	// One Watcher of a manager opting in is enough.
+	// A Watcher that lost its manager's route (w3: w1 is older) cannot
+	// turn heartbeats on for the owner's operator.
 	ws[2].Spec.Heartbeats = true
+	if got := bundle.ManagersConfigMap(o, ws).Data[bundle.ManagersKey]; got != "lifecycle-manager\nzeta\n" {
+		t.Fatalf("managers file %q: a conflict loser opted the owner in", got)
+	}
+	// The Watcher that holds the manager's route opting in is enough.
+	ws[1].Spec.Heartbeats = true
 	if got := bundle.ManagersConfigMap(o, ws).Data[bundle.ManagersKey]; got != "lifecycle-manager heartbeats\nzeta\n" {
 		t.Fatalf("managers file %q", got)
 	}

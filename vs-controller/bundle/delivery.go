@@ -51,13 +51,16 @@ func Managers(watchers []v1beta2.Watcher) []string {
 	return out
 }
 
-// HeartbeatManagers are the managers of the usable Watchers that opted in
-// to heartbeats (spec.heartbeats): a manager is in when any of its usable
-// Watchers sets it.
+// HeartbeatManagers are the managers that opted in to heartbeats
+// (spec.heartbeats): a manager is in when any of its Webhooked Watchers
+// sets it.
 func HeartbeatManagers(watchers []v1beta2.Watcher) map[string]bool {
 	out := map[string]bool{}
-	for i := range watchers {
-		if w := &watchers[i]; w.Spec.Heartbeats && Usable(w) {
+	// Only a Watcher that gets webhooks (Webhooked: it owns its manager's
+	// route) decides: a Watcher that lost a route conflict cannot turn
+	// heartbeats on for the owner's operator.
+	for _, w := range Webhooked(watchers) {
+		if w.Spec.Heartbeats {
 			out[w.ManagerName()] = true
 		}
 	}
