@@ -29,6 +29,7 @@ import (
 // on a real API server, a module manager writes only SyncResources of its
 // own module, and nobody retargets spec.kyma or spec.module (CEL).
 func TestSyncResourceWriters(t *testing.T) {
+	testenv.SkipIfShort(t)
 	env, err := testenv.Start("kcp")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // asModule is a client of the SKR acting as module's user, as module-sync
@@ -46,6 +47,7 @@ func clusterAdminBinding(name string) v1alpha1.SyncItem {
 // before the call and refused by the SKR API server itself (the module's
 // user has only the RBAC rendered from the grant).
 func TestGrantEnforced(t *testing.T) {
+	testenv.SkipIfShort(t)
 	mine, other := namespace(t), namespace(t)
 	for _, ns := range []string{"kube-system", other} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: ns}}
@@ -144,6 +146,7 @@ func TestGrantEnforced(t *testing.T) {
 // TestOnlyWhatItCreated: Delete, prune and CreateAndSync touch an object
 // that module-sync did not create for this SyncResource only with adopt.
 func TestOnlyWhatItCreated(t *testing.T) {
+	testenv.SkipIfShort(t)
 	ns := namespace(t)
 	for _, name := range []string{"theirs", "adoptable"} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"key": "theirs"}}

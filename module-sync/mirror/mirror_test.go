@@ -402,6 +402,7 @@ func TestUnreachableRuntimeDeletesNothing(t *testing.T) {
 // Module CRs of a resource are not mirrored; the ModuleConfig keeps its
 // spec and says why (the list is read in pages of ListPage).
 func TestBounds(t *testing.T) {
+	testenv.SkipIfShort(t)
 	kyma, ns := setup(t)
 	big := mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "bigs"}, Module: "big"}
 	many := mirror.ModuleResource{GroupVersionResource: schema.GroupVersionResource{Group: "operator.kyma-project.io", Version: "v1alpha1", Resource: "manies"}, Module: "many"}
