@@ -105,17 +105,7 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	}
 	for i := range runtimes {
 		id := fmt.Sprintf("runtime-%04d", i)
-		if err := kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: kymaNS,
-			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
-			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
-			b.Fatal(err)
-		}
-		kyma := &unstructured.Unstructured{}
-		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
-		kyma.SetNamespace(kymaNS)
-		kyma.SetName(id)
-		kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
-		if err := kcp.Client.Create(ctx, kyma); err != nil {
+		if err := createRuntime(ctx, kcp.Client, id, kubeconfig); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -235,6 +225,22 @@ func moduleCRD(group string) *apiextensionsv1.CustomResourceDefinition {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// createRuntime creates runtime id in the KCP as a real one is: its
+// kubeconfig Secret (labelled, so module-sync's cache holds it) and its Kyma.
+func createRuntime(ctx context.Context, c client.Client, id string, kubeconfig []byte) error {
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: kymaNS,
+		Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
+		Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
+		return err
+	}
+	kyma := &unstructured.Unstructured{}
+	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	kyma.SetNamespace(kymaNS)
+	kyma.SetName(id)
+	kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
+	return c.Create(ctx, kyma)
+}
 
 // createWhenServed creates obj once its CRD is served.
 func createWhenServed(ctx context.Context, c client.Client, obj client.Object) error {

@@ -15,19 +15,16 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
-	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -100,17 +97,7 @@ func fleet(b *testing.B, hostile bool) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: kymaNS,
-			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
-			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
-			b.Fatal(err)
-		}
-		kyma := &unstructured.Unstructured{}
-		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
-		kyma.SetNamespace(kymaNS)
-		kyma.SetName(id)
-		kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
-		if err := kcp.Client.Create(ctx, kyma); err != nil {
+		if err := createRuntime(ctx, kcp.Client, id, kubeconfig); err != nil {
 			b.Fatal(err)
 		}
 		for s := range srs {
