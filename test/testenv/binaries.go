@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 )
 
 var built sync.Map // name → *buildResult
@@ -21,6 +23,8 @@ type buildResult struct {
 // "ext-authz", "listener/example") into bin/<name with "/" as "-"> (so that
 // listener/example and module-sync/example do not collide) and returns its
 // path.
+// It is built with GOFIPS140=fipsmode.Module, as the Makefile and the
+// Dockerfile build it: what the tests run is what ships.
 // Each binary is built once per test process; Go's build cache makes repeated
 // builds across processes cheap. The binary is renamed into place, so test
 // processes building the same binary at once never see a partial file.
@@ -41,6 +45,7 @@ func BuildBinary(name string) (string, error) {
 		_ = tmp.Close()
 		cmd := exec.Command("go", "build", "-o", tmp.Name(), "./"+name)
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOFIPS140="+fipsmode.Module)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			_ = os.Remove(tmp.Name())
 			r.err = fmt.Errorf("go build ./%s: %w\n%s", name, err, out)
