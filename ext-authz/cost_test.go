@@ -28,7 +28,9 @@ import (
 // what each layer costs the server. Layers: the ceiling (grpc-go's
 // defaults); ext-authz's server options (windows, stream and message
 // limits, keepalive); its listener (framelimit); its stream tap
-// (streamlimit, check timeout). The Check itself (XFCC, certificate cache,
+// (streamlimit, check timeout); stream workers (--stream-workers, the
+// default of serverOptions: layers 2–4 run with --stream-workers=0, a
+// goroutine per Check as grpc-go's default). The Check itself (XFCC, certificate cache,
 // lookup, metrics) is ext-authz/server's BenchmarkCheckInProcess. make
 // bench-compare measures the whole difference between processes; these
 // show where it goes (-cpuprofile).
@@ -38,10 +40,12 @@ func BenchmarkCheckCost(b *testing.B) {
 	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	o, err := parseFlags([]string{"--kubeconfig=" + kubeconfig}, io.Discard)
+	o, err := parseFlags([]string{"--kubeconfig=" + kubeconfig, "--stream-workers=0"}, io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}
+	withWorkers := *o
+	withWorkers.streamWorkers = DefaultStreamWorkers
 	// A Check as the gateway sends it (the XFCC of a runtime certificate).
 	ca, err := pki.NewCA("bench-ca")
 	if err != nil {
@@ -87,6 +91,11 @@ func BenchmarkCheckCost(b *testing.B) {
 		}},
 		{"4-streamlimit", func(ln net.Listener, reg prometheus.Registerer) (*grpc.Server, net.Listener) {
 			gs := grpc.NewServer(append(serverOptions(o), tap(reg))...)
+			authv3.RegisterAuthorizationServer(gs, loadgen.AlwaysAllow{})
+			return gs, frames(ln, reg)
+		}},
+		{"5-stream-workers", func(ln net.Listener, reg prometheus.Registerer) (*grpc.Server, net.Listener) {
+			gs := grpc.NewServer(append(serverOptions(&withWorkers), tap(reg))...)
 			authv3.RegisterAuthorizationServer(gs, loadgen.AlwaysAllow{})
 			return gs, frames(ln, reg)
 		}},

@@ -33,6 +33,7 @@ type options struct {
 	maxStreams    uint
 	maxConns      int
 	maxStreamsAll int
+	streamWorkers int
 	checkTimeout  time.Duration
 	startup.Common
 	kymaLostAfter time.Duration
@@ -62,6 +63,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.UintVar(&o.maxStreams, "max-concurrent-streams", 128, "concurrent Checks per gRPC connection (HTTP/2 streams); each holds at most one 256 KiB message")
 	fs.IntVar(&o.maxConns, "max-connections", 64, "open gRPC connections at most; further ones wait in the kernel's accept queue")
 	fs.IntVar(&o.maxStreamsAll, "max-total-streams", 256, "concurrent gRPC streams over all connections; more are refused with RESOURCE_EXHAUSTED. Each can pin 320 KiB of an unfinished message: 256 streams, 80 MiB")
+	fs.IntVar(&o.streamWorkers, "stream-workers", DefaultStreamWorkers, "goroutines kept to answer Checks, so that their stacks stay grown (a new goroutine per Check grows its stack on every Check); a Check arriving while all are busy gets a goroutine of its own; 0: a goroutine per Check")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "longest a gRPC stream (but a health Watch) may take from its headers to its end; a Check whose client stalls or dribbles its message ends with DEADLINE_EXCEEDED (Envoy waits 200ms by default)")
 	fs.DurationVar(&o.kymaLostAfter, "kyma-lost-after", DefaultKymaLostAfter, "not ready (/readyz, gRPC health) while listing and watching the Kyma CRs has failed for longer than this; Checks keep answering from the cache")
 	fs.Float64Var(&o.decisionLog.AllowSampleRate, "decision-log-allow-sample-rate", decisionlog.DefaultAllowSampleRate, "fraction of allowed Checks written to the decision log, 0 to 1 (every refusal is written)")
@@ -102,6 +104,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 || o.maxStreamsAll < 1 || o.maxStreamsAll > 4096 {
 		return nil, errors.New("--max-concurrent-streams, --max-connections and --max-total-streams must be between 1 and 4096")
+	}
+	if o.streamWorkers < 0 || o.streamWorkers > o.maxStreamsAll {
+		return nil, fmt.Errorf("--stream-workers %d: want 0 to --max-total-streams (%d)", o.streamWorkers, o.maxStreamsAll)
 	}
 	if err := o.decisionLog.Validate(); err != nil {
 		return nil, fmt.Errorf("--decision-log-*: %w", err)

@@ -267,8 +267,18 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 // a larger message from its length prefix, before reading or decoding it.
 const MaxCheckBytes = 256 << 10
 
+// DefaultStreamWorkers is --stream-workers' default: grpc-go's stream
+// workers (NumStreamWorkers) answer Checks on goroutines that live for
+// 65,536 streams each, so a Check runs on a stack already grown to what
+// decoding a CheckRequest and deciding need. With a new goroutine per
+// stream (grpc-go's default) every Check grows an 8 KiB stack by copying
+// it (runtime.morestack: about a tenth of ext-authz's CPU under load,
+// docs/performance.md). 64 covers a gateway's usual concurrent Checks;
+// an idle worker costs its stack.
+const DefaultStreamWorkers = 64
+
 // serverOptions bound what one caller can make ext-authz hold: message size,
-// streams per connection, flow-control windows (fixed: no BDP growth), and
+// streams per connection, stream workers (DefaultStreamWorkers), flow-control windows (fixed: no BDP growth), and
 // keepalive (idle and ageing connections closed, pings more often than every
 // 10 s without a stream answered with GOAWAY). The windows do not bound
 // memory: grpc-go widens a stream's window to the whole announced message
@@ -281,6 +291,7 @@ func serverOptions(o *options) []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(MaxCheckBytes),
 		grpc.MaxSendMsgSize(MaxCheckBytes),
 		grpc.MaxConcurrentStreams(uint32(min(o.maxStreams, 4096))),
+		grpc.NumStreamWorkers(uint32(max(o.streamWorkers, 0))),
 		grpc.InitialWindowSize(64 << 10),
 		grpc.InitialConnWindowSize(1 << 20),
 		grpc.MaxHeaderListSize(64 << 10),
