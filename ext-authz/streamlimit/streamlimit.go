@@ -17,18 +17,24 @@
 // registered, so before a single DATA byte of it is buffered; the DATA
 // frames of a stream the tap refused are dropped. Tap takes a slot, or
 // refuses the stream with RESOURCE_EXHAUSTED when all slots are taken (fail
-// closed: Envoy denies the request). The slot is given back by
-// context.AfterFunc on the stream's context, which grpc-go cancels on every
-// way a registered stream ends: its status written (finishStream), a reset
-// or protocol error (closeStream) and the connection closing (Close cancels
-// every active stream). The one path between Tap and registration that does
-// not cancel it, an already expired grpc-timeout, runs only when that
-// context is already done, and then AfterFunc runs at once.
+// closed: Envoy denies the request). A slot holds the Done channel of the
+// stream's context, which grpc-go closes on every way a registered stream
+// ends: its status written (finishStream), a reset or protocol error
+// (closeStream) and the connection closing (Close cancels every active
+// stream). The one path between Tap and registration that does not cancel
+// it, an already expired grpc-timeout, runs only when that context is
+// already done. Slots whose channel is closed are taken back when they are
+// needed: when every slot is taken, and whenever the number in flight is
+// read. So a refusal counts exactly the streams still open, and a stream
+// costs one lock and one append, no goroutine (context.AfterFunc, the
+// obvious hook, registers a child context and starts a goroutine per
+// stream: 1.7 µs of CPU per Check, BenchmarkTapPerStream). A slot keeps
+// only the channel, not the stream's context or anything it references.
 package streamlimit
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,8 +50,9 @@ const PinnedBytesPerStream = (256 + 64) << 10
 
 // Limiter counts streams in flight; at most Max at once.
 type Limiter struct {
-	max      int64
-	inFlight atomic.Int64
+	max      int
+	mu       sync.Mutex
+	slots    []<-chan struct{} // the Done channels of the streams holding a slot; closed ones not yet taken back
 	rejected prometheus.Counter
 	gauge    prometheus.GaugeFunc
 }
@@ -53,7 +60,7 @@ type Limiter struct {
 // New returns a Limiter of max streams; its metrics are registered on reg
 // when reg is not nil.
 func New(max int, reg prometheus.Registerer) (*Limiter, error) {
-	l := &Limiter{max: int64(max)}
+	l := &Limiter{max: max, slots: make([]<-chan struct{}, 0, max)}
 	l.rejected = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "runtime_watcher", Subsystem: "ext_authz", Name: "streams_rejected_total",
 		Help: "gRPC streams refused with RESOURCE_EXHAUSTED because --max-total-streams were in flight.",
@@ -61,7 +68,7 @@ func New(max int, reg prometheus.Registerer) (*Limiter, error) {
 	l.gauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "runtime_watcher", Subsystem: "ext_authz", Name: "streams_in_flight",
 		Help: "gRPC streams in flight over all connections (at most --max-total-streams).",
-	}, func() float64 { return float64(l.inFlight.Load()) })
+	}, func() float64 { return float64(l.InFlight()) })
 	if reg != nil {
 		for _, c := range []prometheus.Collector{l.rejected, l.gauge} {
 			if err := reg.Register(c); err != nil {
@@ -72,23 +79,44 @@ func New(max int, reg prometheus.Registerer) (*Limiter, error) {
 	return l, nil
 }
 
-// InFlight is the number of streams holding a slot.
-func (l *Limiter) InFlight() int64 { return l.inFlight.Load() }
+// InFlight is the number of streams holding a slot (open streams).
+func (l *Limiter) InFlight() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.takeBackLocked()
+	return int64(len(l.slots))
+}
 
-// Tap is a grpc.InTapHandle (grpc.InTapHandle(l.Tap)). grpc-go calls it
-// with the transport's lock held: it never blocks.
-func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	for {
-		n := l.inFlight.Load()
-		if n >= l.max {
-			l.rejected.Inc()
-			return ctx, status.Errorf(codes.ResourceExhausted, "ext-authz: %d gRPC streams in flight, the most it takes at once", l.max)
-		}
-		if l.inFlight.CompareAndSwap(n, n+1) {
-			break
+// takeBackLocked frees the slots of the streams that have ended.
+func (l *Limiter) takeBackLocked() {
+	open := l.slots[:0]
+	for _, done := range l.slots {
+		select {
+		case <-done:
+		default:
+			open = append(open, done)
 		}
 	}
-	context.AfterFunc(ctx, func() { l.inFlight.Add(-1) })
+	clear(l.slots[len(open):]) // no reference to a closed channel stays behind
+	l.slots = open
+}
+
+// Tap is a grpc.InTapHandle (grpc.InTapHandle(l.Tap)). grpc-go calls it
+// with the transport's lock held: it never blocks (a short lock; when every
+// slot is taken, one pass over at most Max channels).
+func (l *Limiter) Tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	done := ctx.Done()
+	l.mu.Lock()
+	if len(l.slots) >= l.max {
+		l.takeBackLocked()
+	}
+	if len(l.slots) >= l.max {
+		l.mu.Unlock()
+		l.rejected.Inc()
+		return ctx, status.Errorf(codes.ResourceExhausted, "ext-authz: %d gRPC streams in flight, the most it takes at once", l.max)
+	}
+	l.slots = append(l.slots, done)
+	l.mu.Unlock()
 	return ctx, nil
 }
 

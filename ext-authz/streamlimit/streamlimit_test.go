@@ -111,6 +111,25 @@ func TestBoundAndRelease(t *testing.T) {
 	waitInFlight(t, l, 0)
 }
 
+// TestEndedStreamTakenBackAtOnce: grpc-go closes a stream's context before
+// it writes the stream's status, so once a client has its answer, the
+// stream's slot is free for the next stream: with one slot, Checks one
+// after another never see RESOURCE_EXHAUSTED (nothing reads InFlight in
+// between; Tap takes the slot back itself).
+func TestEndedStreamTakenBackAtOnce(t *testing.T) {
+	ctx := t.Context()
+	_, reg, addr := serve(t, 1)
+	c := dial(t, addr)
+	for i := range 20 {
+		if got := check(ctx, c); got != codes.OK {
+			t.Fatalf("Check %d: %v", i, got)
+		}
+	}
+	if got := rejected(t, reg); got != 0 {
+		t.Fatalf("streams_rejected_total %v, want 0", got)
+	}
+}
+
 // TestStalledStreamReleasedWithConnection: a stream that sent its headers
 // and never a message (the handler waits in its receive) holds a slot until
 // its connection closes; so does an unknown method's until it is answered.
