@@ -171,11 +171,20 @@ $(K8S_ASSETS)/kube-controller-manager:
 	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-controller-manager && mv $@.tmp $@
 
 # Built from test/tools/istio (its go.mod pins istio.io/istio, which needs a
-# newer k8s.io than the project's own go.mod).
+# newer k8s.io than the project's own go.mod). $(call ISTIOD_BUILD,ENV...):
+# the one build of pilot-discovery into $@, with ENV set for go build.
+ISTIOD_BUILD = cd test/tools/istio && $(1) go build -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(ISTIO_VERSION)" -o $@.tmp istio.io/istio/pilot/cmd/pilot-discovery && mv $@.tmp $@
+
 $(ISTIO_ASSETS)/pilot-discovery:
 	@mkdir -p $(@D)
 	@echo "Building istiod (pilot-discovery) $(ISTIO_VERSION) from source (about 10-15 minutes on 2 cores the first time)..."
-	cd test/tools/istio && go build -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(ISTIO_VERSION)" -o $@.tmp istio.io/istio/pilot/cmd/pilot-discovery && mv $@.tmp $@
+	$(call ISTIOD_BUILD)
+
+# The same istiod, static for a linux container (istiod-image).
+$(ISTIO_ASSETS)/linux_%/pilot-discovery:
+	@mkdir -p $(@D)
+	@echo "Building istiod (pilot-discovery) $(ISTIO_VERSION) from source, static for linux/$* (several minutes; about 7 CPU-minutes measured after istio-assets)..."
+	$(call ISTIOD_BUILD,CGO_ENABLED=0 GOOS=linux GOARCH=$*)
 
 $(K8S_ASSETS)/kubectl:
 	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
@@ -204,6 +213,17 @@ images: ## Build one image per binary: $(IMAGE_PREFIX)<binary>:$(IMAGE_TAG) (nee
 	  echo "$(CONTAINER_TOOL) build --build-arg BINARY=$$b -t $$img ."; \
 	  $(CONTAINER_TOOL) build --build-arg BINARY=$$b -t "$$img" . ; \
 	done
+
+# istiod for the kind e2e (test/kind/e2e.sh): the pilot-discovery that
+# `make run` and `make test` run, as a container image like Istio's pilot
+# image (test/kind/istiod.Dockerfile), for the architecture of the Docker
+# host (ISTIOD_IMAGE_ARCH).
+ISTIOD_IMAGE      ?= $(IMAGE_PREFIX)pilot:$(ISTIO_VERSION)
+ISTIOD_IMAGE_ARCH ?= $(shell go env GOARCH)
+
+.PHONY: istiod-image
+istiod-image: $(ISTIO_ASSETS)/linux_$(ISTIOD_IMAGE_ARCH)/pilot-discovery ## Build istiod from source (the version test/tools/istio/go.mod pins) as the image $(IMAGE_PREFIX)pilot:<version> (needs Docker).
+	$(CONTAINER_TOOL) build -f test/kind/istiod.Dockerfile -t "$(ISTIOD_IMAGE)" $(<D)
 
 ##@ End to end
 

@@ -2,8 +2,8 @@
 # The e2e suite on kind with real Istio and cert-manager (`make e2e-kind`).
 #
 # Two kind clusters on the Docker network "kind":
-#   runtime-watcher-kcp  Istio (ingress gateway, mesh config of manifests/istio),
-#                        cert-manager, manifests/kcp/overlays/kind (ext-authz,
+#   runtime-watcher-kcp  Istio (istiod and the ingress gateway, mesh config of
+#                        manifests/istio), cert-manager, manifests/kcp/overlays/kind (ext-authz,
 #                        vs-controller, Gateway, AuthorizationPolicy, PKI) and
 #                        the example operator with the sample Watcher and Kyma;
 #   runtime-watcher-skr  a plain runtime; vs-controller installs the skr-webhook
@@ -15,13 +15,20 @@
 #
 # Then it runs the SAME e2e specs as `make e2e` (test/e2e) with E2E_ENV=kind.
 #
-# Tool and component versions: versions.env (the one place).
+# Istio: the SAME istiod as `make run` and `make test` (pilot-discovery of the
+# istio.io/istio version test/tools/istio/go.mod pins, built from source into
+# the image runtime-watcher/pilot:<version> by `make istiod-image`), installed
+# with Istio's Helm charts from the same module source (base, istiod,
+# gateway in $(go env GOMODCACHE)/istio.io/istio@<version>/manifests/charts).
+# The gateway's data plane (pilot-agent and Envoy) is the released proxyv2
+# image ISTIO_PROXY_IMAGE of versions.env.
+#
+# Tool and component versions: versions.env and test/tools/istio/go.mod.
 # Environment:
 #   E2E_KIND_DIR      kubeconfigs and diagnostics (default: bin/kind-e2e)
 #   E2E_KIND_REUSE=1  keep existing clusters of the same names instead of
 #                     re-creating them (faster re-runs)
 #   E2E_KIND_CLEANUP  on-success (default) | always | never: delete the clusters
-#   ISTIO_INSTALLER   helm | istioctl (default: helm when found, else istioctl)
 #   E2E_TIMEOUT       go test -timeout (default 30m)
 #   E2E_GO_TEST_FLAGS extra go test flags, e.g. "-ginkgo.focus=outage" (the
 #                     suite runs with -v: Ginkgo's summary is in the output)
@@ -42,7 +49,6 @@ SAMPLES="$ROOT/manifests/samples"
 # The image names the kind overlay and samples expect (their `images:`).
 IMAGE_PREFIX="runtime-watcher/"
 IMAGE_TAG="e2e"
-ISTIO_CHARTS="https://istio-release.storage.googleapis.com/charts"
 CERT_MANAGER_MANIFEST="https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
 
 WORK_DIR="${E2E_KIND_DIR:-$ROOT/bin/kind-e2e}"
@@ -70,7 +76,12 @@ SKR_DOMAIN="$(yaml_value "$SAMPLES/kyma.yaml" skr-domain)"
 KYMA_NS="kcp-system"
 
 KUBECTL=""
-ISTIO_TOOL=""
+# Set by resolve_istio: the pinned istio.io/istio version, its module source
+# (charts) and the istiod image built from it.
+ISTIO_VERSION=""
+ISTIO_SRC=""
+ISTIO_CHARTS=""
+ISTIOD_IMAGE=""
 
 check_prerequisites() {
 	local missing=() out v t
@@ -89,30 +100,8 @@ check_prerequisites() {
 	else
 		missing+=("kubectl $KUBECTL_VERSION: not found in PATH nor in bin/k8s/${KUBECTL_VERSION#v}/. Run 'make envtest-assets' (builds it from source) or install it: https://kubernetes.io/docs/tasks/tools/")
 	fi
-	case "${ISTIO_INSTALLER:-}" in
-	helm | istioctl)
-		if command -v "$ISTIO_INSTALLER" >/dev/null 2>&1; then
-			ISTIO_TOOL="$ISTIO_INSTALLER"
-		else
-			missing+=("$ISTIO_INSTALLER (ISTIO_INSTALLER=$ISTIO_INSTALLER): not found in PATH")
-		fi
-		;;
-	"")
-		if command -v helm >/dev/null 2>&1; then
-			ISTIO_TOOL="helm"
-		elif command -v istioctl >/dev/null 2>&1; then
-			ISTIO_TOOL="istioctl"
-		else
-			missing+=("helm $HELM_VERSION or istioctl $ISTIO_VERSION (to install Istio): neither is in PATH. Install helm: https://helm.sh/docs/intro/install/ — or istioctl: curl -L https://istio.io/downloadIstio | ISTIO_VERSION=$ISTIO_VERSION sh -")
-		fi
-		;;
-	*) missing+=("ISTIO_INSTALLER=$ISTIO_INSTALLER: want helm or istioctl") ;;
-	esac
-	if [[ "$ISTIO_TOOL" == istioctl ]]; then
-		v="$(istioctl version --remote=false 2>/dev/null | head -n1 || true)"
-		if [[ "$v" != *"$ISTIO_VERSION"* ]]; then
-			missing+=("istioctl $ISTIO_VERSION: found '$v'; istioctl must be the version of the Istio it installs")
-		fi
+	if ! command -v helm >/dev/null 2>&1; then
+		missing+=("helm $HELM_VERSION (installs Istio's charts): not found in PATH. Install it: https://helm.sh/docs/intro/install/")
 	fi
 	for t in go make; do
 		command -v "$t" >/dev/null 2>&1 || missing+=("$t: not found in PATH")
@@ -127,13 +116,30 @@ check_prerequisites() {
 	[[ "$v" == *"$KIND_VERSION "* ]] || warn "kind is '$v', the pinned version is $KIND_VERSION"
 	v="$("$KUBECTL" version --client 2>/dev/null | head -n1 || true)"
 	[[ "$v" == *"$KUBECTL_VERSION"* ]] || warn "kubectl is '$v', the pinned version is $KUBECTL_VERSION"
-	if [[ "$ISTIO_TOOL" == helm ]]; then
-		v="$(helm version --short 2>/dev/null || true)"
-		[[ "$v" == "${HELM_VERSION%%.*}."* ]] || warn "helm is '$v', the pinned version is $HELM_VERSION"
-	fi
+	v="$(helm version --short 2>/dev/null || true)"
+	[[ "$v" == "${HELM_VERSION%%.*}."* ]] || warn "helm is '$v', the pinned version is $HELM_VERSION"
 	for v in KCP_CLUSTER SKR_CLUSTER GATEWAY_HOST_PORT GATEWAY_HOST RUNTIME_ID SKR_DOMAIN; do
 		[[ -n "${!v}" ]] || die "could not read $v from the kind configs, the kind overlay or the samples"
 	done
+}
+
+# resolve_istio: the istio.io/istio version test/tools/istio/go.mod pins and
+# its source in the module cache (downloaded when missing), whose charts
+# install the istiod built from it.
+resolve_istio() {
+	local d c
+	read -r ISTIO_VERSION ISTIO_SRC < <(
+		cd "$ROOT/test/tools/istio" &&
+			go mod download istio.io/istio &&
+			go list -m -f '{{.Version}} {{.Dir}}' istio.io/istio
+	) || die "could not resolve istio.io/istio in test/tools/istio (go mod download)"
+	[[ -n "$ISTIO_VERSION" && -d "$ISTIO_SRC" ]] || die "istio.io/istio of test/tools/istio/go.mod is not in the module cache (version '$ISTIO_VERSION', dir '$ISTIO_SRC')"
+	ISTIO_CHARTS="$ISTIO_SRC/manifests/charts"
+	for d in base istio-control/istio-discovery gateway; do
+		c="$ISTIO_CHARTS/$d/Chart.yaml"
+		[[ -f "$c" ]] || die "no Istio chart $c in the source of istio.io/istio $ISTIO_VERSION"
+	done
+	ISTIOD_IMAGE="${IMAGE_PREFIX}pilot:${ISTIO_VERSION}"
 }
 
 kcp() { "$KUBECTL" --kubeconfig "$WORK_DIR/kcp.kubeconfig" "$@"; }
@@ -184,20 +190,27 @@ install_cert_manager() {
 	kcp -n cert-manager wait --for=condition=Available deployment --all --timeout=5m
 }
 
+build_and_load_istiod() {
+	log "building istiod $ISTIO_VERSION from source (test/tools/istio) into $ISTIOD_IMAGE"
+	make -C "$ROOT" --no-print-directory istiod-image ISTIOD_IMAGE="$ISTIOD_IMAGE"
+	log "loading $ISTIOD_IMAGE into $KCP_CLUSTER"
+	kind load docker-image "$ISTIOD_IMAGE" --name "$KCP_CLUSTER"
+}
+
 install_istio() {
-	log "installing Istio $ISTIO_VERSION into the KCP with $ISTIO_TOOL (mesh config: manifests/istio)"
-	if [[ "$ISTIO_TOOL" == helm ]]; then
-		local h=(helm --kubeconfig "$WORK_DIR/kcp.kubeconfig" --namespace istio-system)
-		"${h[@]}" upgrade --install istio-base base --repo "$ISTIO_CHARTS" --version "$ISTIO_VERSION" \
-			--create-namespace --set defaultRevision=default --wait
-		"${h[@]}" upgrade --install istiod istiod --repo "$ISTIO_CHARTS" --version "$ISTIO_VERSION" \
-			-f "$ROOT/manifests/istio/istiod-values.yaml" --wait --timeout 5m
-		"${h[@]}" upgrade --install istio-ingressgateway gateway --repo "$ISTIO_CHARTS" --version "$ISTIO_VERSION" \
-			-f "$HERE/istio-gateway-values.yaml" --wait --timeout 5m
-	else
-		istioctl install -y --kubeconfig "$WORK_DIR/kcp.kubeconfig" \
-			-f "$ROOT/manifests/istio/istio-operator.yaml" -f "$HERE/istio-operator-kind.yaml"
-	fi
+	log "installing Istio into the KCP: istiod $ISTIO_VERSION ($ISTIOD_IMAGE), charts of its source, gateway proxy $ISTIO_PROXY_IMAGE (mesh config: manifests/istio)"
+	local h=(helm --kubeconfig "$WORK_DIR/kcp.kubeconfig" --namespace istio-system)
+	"${h[@]}" upgrade --install istio-base "$ISTIO_CHARTS/base" \
+		--create-namespace --set defaultRevision=default --wait
+	# image: a full reference (it contains a "/") replaces hub/pilot:tag;
+	# global.proxy.image likewise for the proxy istiod injects into the
+	# gateway pods (the gateway chart's image "auto").
+	"${h[@]}" upgrade --install istiod "$ISTIO_CHARTS/istio-control/istio-discovery" \
+		-f "$ROOT/manifests/istio/istiod-values.yaml" \
+		--set image="$ISTIOD_IMAGE" --set global.proxy.image="$ISTIO_PROXY_IMAGE" \
+		--wait --timeout 5m
+	"${h[@]}" upgrade --install istio-ingressgateway "$ISTIO_CHARTS/gateway" \
+		-f "$HERE/istio-gateway-values.yaml" --wait --timeout 5m
 	kcp -n istio-system rollout status deployment/istiod --timeout=5m
 	kcp -n istio-system rollout status deployment/istio-ingressgateway --timeout=5m
 }
@@ -315,12 +328,14 @@ on_exit() {
 
 main() {
 	check_prerequisites
+	resolve_istio
 	case "$CLEANUP" in always | on-success | never) ;; *) die "E2E_KIND_CLEANUP=$CLEANUP: want on-success, always or never" ;; esac
 	trap on_exit EXIT
 	create_cluster "$KCP_CLUSTER" "$KCP_CONFIG"
 	create_cluster "$SKR_CLUSTER" "$SKR_CONFIG"
 	write_kubeconfigs
 	install_cert_manager
+	build_and_load_istiod
 	install_istio
 	install_crds
 	build_and_load_images

@@ -1,16 +1,19 @@
 // Package kind tests test/kind/e2e.sh, the kind + Istio e2e driver, on a
 // machine without Docker. The test runs the real script with test doubles
-// for the tools it drives — docker, kind, kubectl, helm, istioctl, go and the
-// `images` target of make — that cannot run here (no Docker engine, no
+// for the tools it drives — docker, kind, kubectl, helm, go test and the
+// image targets of make — that cannot run here (no Docker engine, no
 // clusters). The doubles record every call, check that each file the script
 // hands them exists, and answer as the real tools do for the queries the
-// script makes (versions, kubeconfigs). What the test proves: the
-// prerequisite check names exactly what is missing, and the script runs its
-// steps in order with the pinned versions, the repository's manifests and
-// the e2e suite's environment switch; on failure it keeps the clusters and
-// collects diagnostics. What it cannot prove is that kind, Istio and
-// cert-manager then behave as documented: that needs `make e2e-kind` on a
-// host with Docker.
+// script makes (versions, kubeconfigs); the script's look-up of the pinned
+// istio.io/istio (go mod download, go list -m in test/tools/istio) runs the
+// real go against the real module cache, so the Istio charts it installs are
+// checked to exist there. What the test proves: the prerequisite check names
+// exactly what is missing, and the script runs its steps in order with the
+// pinned versions, the istiod of test/tools/istio (image and charts), the
+// repository's manifests and the e2e suite's environment switch; on failure
+// it keeps the clusters and collects diagnostics. What it cannot prove is
+// that kind, Istio and cert-manager then behave as documented: that needs
+// `make e2e-kind` on a host with Docker.
 package kind
 
 import (
@@ -103,27 +106,22 @@ case " $* " in
 *" apply -f - "*) cat >/dev/null ;;
 esac
 `,
+	// helm: every absolute path (values files, kubeconfig, the local
+	// charts) must exist.
 	"helm": `
 log_call "$@"
-prev=""
 for a in "$@"; do
-	case "$prev" in -f | --kubeconfig) check_path "$a" ;; esac
-	prev="$a"
+	case "$a" in /*) check_path "$a" ;; esac
 done
 [ "$1" = version ] && echo "v3.19.0+g3d8990f"
 exit 0
 `,
-	"istioctl": `
-log_call "$@"
-prev=""
-for a in "$@"; do
-	case "$prev" in -f | --kubeconfig) check_path "$a" ;; esac
-	prev="$a"
-done
-[ "$1" = version ] && echo "${STUB_ISTIOCTL_VERSION:-1.28.1}"
-exit 0
-`,
+	// go: the module look-ups run the real go (on the real module cache);
+	// go test is recorded.
 	"go": `
+case "$1 $2" in
+"mod download" | "list -m") exec "$STUB_REAL_GO" "$@" ;;
+esac
 log_call "$@"
 if [ "$1" = test ]; then
 	for v in E2E_ENV KCP_KUBECONFIG SKR_KUBECONFIG GATEWAY_ADDR GATEWAY_HOST CA_SECRET INGRESS_NAMESPACE INGRESS_DEPLOYMENT OPERATOR_NAMESPACE OPERATOR_SELECTOR KYMA_NAMESPACE RUNTIME_ID SKR_DOMAIN; do
@@ -135,7 +133,7 @@ if [ "$1" = test ]; then
 fi
 `,
 	// make: the query of the Makefile's BINARIES runs the real make; the
-	// images target (Docker builds) is recorded.
+	// image targets (Docker builds) are recorded.
 	"make": `
 case " $* " in
 *" print-binaries "*) exec "$STUB_REAL_MAKE" "$@" ;;
@@ -188,6 +186,10 @@ func runScript(t *testing.T, tools []string, extraEnv ...string) run {
 	if err != nil {
 		t.Fatalf("make is needed: %v", err)
 	}
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go is needed: %v", err)
+	}
 	logFile := filepath.Join(dir, "calls.log")
 	cmd := exec.Command(filepath.Join(root, "test", "kind", "e2e.sh"))
 	cmd.Dir = root
@@ -196,15 +198,55 @@ func runScript(t *testing.T, tools []string, extraEnv ...string) run {
 		"HOME=" + dir,
 		"STUB_LOG=" + logFile,
 		"STUB_REAL_MAKE=" + realMake,
+		"STUB_REAL_GO=" + realGo,
 		"STUB_WANT_NODE_IMAGE=" + versions(t)["KIND_NODE_IMAGE"],
 		"E2E_KIND_DIR=" + filepath.Join(dir, "work"),
-	}, extraEnv...)
+	}, append(goEnv(t), extraEnv...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.Stdout = &stderr
 	err = cmd.Run()
 	calls, _ := os.ReadFile(logFile)
 	return run{log: string(calls), stderr: stderr.String(), err: err}
+}
+
+// goEnv is the environment the real go needs to find the module cache
+// and its settings (HOME is the test's): GOMODCACHE, GOENV and every GO*
+// variable of this process.
+func goEnv(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMODCACHE", "GOENV").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("go env GOMODCACHE GOENV: %q", out)
+	}
+	env := []string{"GOMODCACHE=" + lines[0], "GOENV=" + lines[1]}
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GO") && !strings.HasPrefix(kv, "GOMODCACHE=") && !strings.HasPrefix(kv, "GOENV=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// istioModule is the istio.io/istio that test/tools/istio/go.mod pins: its
+// version and its source in the module cache.
+func istioModule(t *testing.T) (version, dir string) {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}} {{.Dir}}", "istio.io/istio")
+	cmd.Dir = filepath.Join(repoRoot(t), "test", "tools", "istio")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m istio.io/istio in test/tools/istio: %v", err)
+	}
+	version, dir, _ = strings.Cut(strings.TrimSpace(string(out)), " ")
+	if version == "" || dir == "" {
+		t.Fatalf("istio.io/istio of test/tools/istio is not in the module cache (%q): run make istio-assets", out)
+	}
+	return version, dir
 }
 
 // inOrder reports whether each want is a substring of a line of log, the
@@ -252,15 +294,24 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("e2e.sh failed: %v\n%s\ncalls:\n%s", r.err, r.stderr, r.log)
 	}
+	istioVersion, istioSrc := istioModule(t)
+	charts := filepath.Join(istioSrc, "manifests", "charts")
+	istiod := "runtime-watcher/pilot:" + istioVersion
 	inOrder(t, r.log,
 		"docker info",
 		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/kcp-cluster.yaml")+" --image "+v["KIND_NODE_IMAGE"],
 		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/skr-cluster.yaml")+" --image "+v["KIND_NODE_IMAGE"],
 		"kind get kubeconfig --internal --name runtime-watcher-skr",
 		"https://github.com/cert-manager/cert-manager/releases/download/"+v["CERT_MANAGER_VERSION"]+"/cert-manager.yaml",
-		"upgrade --install istio-base base --repo https://istio-release.storage.googleapis.com/charts --version "+v["ISTIO_VERSION"],
-		"istiod istiod --repo https://istio-release.storage.googleapis.com/charts --version "+v["ISTIO_VERSION"]+" -f "+filepath.Join(repoRoot(t), "manifests/istio/istiod-values.yaml"),
-		"istio-ingressgateway gateway --repo https://istio-release.storage.googleapis.com/charts --version "+v["ISTIO_VERSION"]+" -f "+filepath.Join(repoRoot(t), "test/kind/istio-gateway-values.yaml"),
+		// The istiod of make run and make test, as an image, in the KCP ...
+		"make -C "+repoRoot(t)+" --no-print-directory istiod-image ISTIOD_IMAGE="+istiod,
+		"kind load docker-image "+istiod+" --name runtime-watcher-kcp",
+		// ... installed with the charts of the same source.
+		"upgrade --install istio-base "+filepath.Join(charts, "base")+" ",
+		"upgrade --install istiod "+filepath.Join(charts, "istio-control/istio-discovery")+" -f "+filepath.Join(repoRoot(t), "manifests/istio/istiod-values.yaml")+
+			" --set image="+istiod+" --set global.proxy.image="+v["ISTIO_PROXY_IMAGE"]+" ",
+		"upgrade --install istio-ingressgateway "+filepath.Join(charts, "gateway")+" -f "+filepath.Join(repoRoot(t), "test/kind/istio-gateway-values.yaml"),
+		"rollout status deployment/istiod",
 		"operator.kyma-project.io_watchers.yaml",
 		"make -C "+repoRoot(t)+" --no-print-directory images IMAGE_PREFIX=runtime-watcher/ IMAGE_TAG=e2e",
 		"apply -k "+filepath.Join(repoRoot(t), "manifests/kcp/overlays/kind"),
@@ -313,24 +364,6 @@ func TestE2EScriptKeepsTheClustersAndCollectsDiagnosticsWhenTheSuiteFails(t *tes
 	}
 }
 
-func TestE2EScriptInstallsIstioWithIstioctlWhenThereIsNoHelm(t *testing.T) {
-	r := runScript(t, []string{"docker", "kind", "kubectl", "istioctl", "go", "make"})
-	if r.err != nil {
-		t.Fatalf("e2e.sh failed: %v\n%s\ncalls:\n%s", r.err, r.stderr, r.log)
-	}
-	files := "-f " + filepath.Join(repoRoot(t), "manifests/istio/istio-operator.yaml") +
-		" -f " + filepath.Join(repoRoot(t), "test/kind/istio-operator-kind.yaml")
-	inOrder(t, r.log, "istioctl version --remote=false", "istioctl install -y --kubeconfig ", "apply -k ")
-	for _, line := range strings.Split(r.log, "\n") {
-		if strings.HasPrefix(line, "istioctl install") && !strings.HasSuffix(line, files) {
-			t.Errorf("istioctl not given the mesh config and the kind gateway (%s): %s", files, line)
-		}
-	}
-	if strings.Contains(r.log, "helm ") {
-		t.Errorf("helm called although it is not installed:\n%s", r.log)
-	}
-}
-
 func TestE2EScriptNamesEveryMissingPrerequisite(t *testing.T) {
 	// Without kubectl in PATH the script uses the one `make envtest-assets`
 	// builds, when it is there.
@@ -348,7 +381,7 @@ func TestE2EScriptNamesEveryMissingPrerequisite(t *testing.T) {
 		{
 			name:    "nothing installed",
 			tools:   []string{},
-			missing: []string{"docker: not found", "kind v0.30.0: not found", "helm v3.19.0 or istioctl 1.28.1", "go: not found", "make: not found"},
+			missing: []string{"docker: not found", "kind v0.30.0: not found", "helm v3.19.0 (installs Istio's charts): not found", "go: not found", "make: not found"},
 		},
 		{
 			name:    "Docker daemon down",
@@ -358,17 +391,10 @@ func TestE2EScriptNamesEveryMissingPrerequisite(t *testing.T) {
 			present: []string{"kind v0.30.0", "kubectl", "helm", "go:"},
 		},
 		{
-			name:    "istioctl of another Istio",
-			tools:   []string{"docker", "kind", "kubectl", "istioctl", "go", "make"},
-			env:     []string{"STUB_ISTIOCTL_VERSION=1.27.3"},
-			missing: []string{"istioctl 1.28.1: found '1.27.3'"},
-			present: []string{"docker", "kind v0.30.0"},
-		},
-		{
-			name:    "unknown installer",
-			tools:   []string{"docker", "kind", "kubectl", "helm", "go", "make"},
-			env:     []string{"ISTIO_INSTALLER=kustomize"},
-			missing: []string{"ISTIO_INSTALLER=kustomize: want helm or istioctl"},
+			name:    "no helm",
+			tools:   []string{"docker", "kind", "kubectl", "go", "make"},
+			missing: []string{"helm v3.19.0 (installs Istio's charts): not found"},
+			present: []string{"docker", "kind v0.30.0", "kubectl", "go:", "make:"},
 		},
 	}
 	if kubectlBuilt {

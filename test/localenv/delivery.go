@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,8 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
 
 // Delivery controls (docs/architecture.md §4.8) for the e2e suite: the
@@ -50,29 +50,20 @@ func (s *System) ServiceAnswers() []map[int]int {
 // authorizing and routing (nil: normal operation).
 func (s *System) SetGatewayFault(f gateway.Fault) { s.gw.SetFault(f) }
 
-// WebhookManagersFile is the --managers-file the skr-webhook reads, when
-// its binary has the flag.
+// WebhookManagersFile is the --managers-file the skr-webhook reads.
 func (s *System) WebhookManagersFile() string { return filepath.Join(s.Dir, "skr-webhook-managers") }
 
-// deliveryFlags are the skr-webhook flags of §3.8 its binary supports:
-// --managers-file (the sample manager, as vs-controller's ConfigMap would
-// list it for manifests/samples/watcher.yaml: opted in to heartbeats when
-// the binary knows the opt-in) and --heartbeat-interval. Older binaries do
-// not have them.
+// deliveryFlags are the skr-webhook flags of §3.8: --managers-file, the
+// file vs-controller's ConfigMap holds for the sample Watcher (its manager,
+// opted in to heartbeats: bundle.ManagersConfigMap writes the line), and
+// --heartbeat-interval when o sets one.
 func (s *System) deliveryFlags(o Options) ([]string, error) {
-	out, _ := exec.Command(s.webhookBinary, "-h").CombinedOutput() //nolint:gosec // our own binary
-	var flags []string
-	if bytes.Contains(out, []byte("-managers-file")) {
-		line := Manager + "\n"
-		if bytes.Contains(out, []byte("<manager> "+contract.ManagerHeartbeats)) {
-			line = Manager + " " + contract.ManagerHeartbeats + "\n"
-		}
-		if err := os.WriteFile(s.WebhookManagersFile(), []byte(line), 0o600); err != nil {
-			return nil, err
-		}
-		flags = append(flags, "--managers-file", s.WebhookManagersFile())
+	managers := bundle.ManagersConfigMap(bundle.Options{}, []v1beta2.Watcher{*SampleWatcher()}).Data[bundle.ManagersKey]
+	if err := os.WriteFile(s.WebhookManagersFile(), []byte(managers), 0o600); err != nil {
+		return nil, err
 	}
-	if o.HeartbeatInterval > 0 && bytes.Contains(out, []byte("-heartbeat-interval")) {
+	flags := []string{"--managers-file", s.WebhookManagersFile()}
+	if o.HeartbeatInterval > 0 {
 		flags = append(flags, "--heartbeat-interval", o.HeartbeatInterval.String())
 	}
 	return flags, nil

@@ -87,8 +87,8 @@ type Options struct {
 	// election behind a per-request round-robin "Service" (default 1: one
 	// operator, no leader election) — the KCP shape of docs/architecture.md §4.8.
 	OperatorReplicas int
-	// HeartbeatInterval is the skr-webhook's --heartbeat-interval, when
-	// its binary has the flag (0: its default).
+	// HeartbeatInterval is the skr-webhook's --heartbeat-interval (0: its
+	// default).
 	HeartbeatInterval time.Duration
 	// LogReviews makes every skr-webhook it starts log each admission
 	// review it answers (ReviewLogFlags), so a test can tell which webhook
