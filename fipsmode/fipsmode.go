@@ -1,10 +1,10 @@
 // Package fipsmode shows whether a binary runs with Go's FIPS 140-3 module
-// on. The KCP binaries of Runtime Watcher (and the examples) turn it on by
-// default with the directive `//go:debug fips140=on` in their main package
+// on. Every binary of Runtime Watcher (and the examples) turns it on by
+// default with the directive `//go:debug fips140=on` in its main package
 // (a GODEBUG set at run time still wins: fips140=only is stricter,
-// fips140=off turns it off); the skr-webhook runs in FIPS mode with
-// GODEBUG=fips140=on in its environment (skr-webhook/fips.go says why);
-// Collector exports the mode as runtime_watcher_<component>_fips140_enabled.
+// fips140=off turns it off; skr-webhook/fips.go says why the binaries are
+// built with the certified module, GOFIPS140=v1.0.0); Collector exports the
+// mode as runtime_watcher_<component>_fips140_enabled.
 //
 // In FIPS mode Go's crypto uses only approved algorithms: TLS negotiates
 // only FIPS-approved versions, cipher suites, groups and signature
