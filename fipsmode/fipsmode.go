@@ -4,8 +4,8 @@
 // Every binary of Runtime Watcher is built with GOFIPS140=Module (the
 // Makefile's build, the Dockerfile, testenv.BuildBinary): the CMVP-certified
 // snapshot of Go's module ($GOROOT/lib/fips140/certified.txt), which also
-// makes fips140=on the binary's default GODEBUG. The KCP binaries and the
-// examples carry the directive `//go:debug fips140=on` as well, so a plain
+// makes fips140=on the binary's default GODEBUG. Every main package (the
+// skr-webhook too) carries the directive `//go:debug fips140=on` as well, so a plain
 // `go build` runs them in FIPS mode too (with the toolchain's in-process
 // module). A GODEBUG set at run time still wins: fips140=only is stricter,
 // fips140=off turns it off. Collector exports the mode as

@@ -68,6 +68,8 @@ var _ = Describe("skr-webhook under hostile load", Label("bounds"), func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(p.kill)
 		Eventually(func() int { return p.get("/readyz") }).Should(Equal(http.StatusOK))
+		// Measured as it runs in the bundle: in FIPS mode, its default (fips.go).
+		Expect(p.metric("runtime_watcher_skr_webhook_fips140_enabled")).To(BeEquivalentTo(1), "the webhook runs without Go's FIPS 140-3 module")
 
 		// HTTP/2 over TLS, as the API server calls webhooks; the certificate is
 		// checked for 127.0.0.1 (the rotation spec may replace it by one
@@ -117,7 +119,7 @@ var _ = Describe("skr-webhook under hostile load", Label("bounds"), func() {
 			To(BeNumerically(">=", rounds), "at least one review per round was decoded")
 		hwm, err := testenv.ProcStatus(p.cmd.Process.Pid, "VmHWM")
 		Expect(err).NotTo(HaveOccurred())
-		GinkgoWriter.Printf("skr-webhook VmHWM after %d×%d reviews of 6.5 MiB: %.1f MiB\n", rounds, concurrent, float64(hwm)/(1<<20))
+		GinkgoWriter.Printf("skr-webhook (FIPS mode) VmHWM after %d×%d reviews of 6.5 MiB: %.1f MiB\n", rounds, concurrent, float64(hwm)/(1<<20))
 		Expect(hwm).To(BeNumerically("<", 128<<20))
 		Expect(p.get("/healthz")).To(Equal(http.StatusOK))
 	})

@@ -3,9 +3,11 @@ package fips_test
 import (
 	"context"
 	"crypto/tls"
+	"debug/buildinfo"
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,22 +34,28 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// TestFIPSBinariesMTLS starts ext-authz and skr-webhook with
-// GODEBUG=fips140=on, skr-webhook with --min-tls-version=1.3, and sends one
-// SKR change through the gateway stand-in: the webhook's mTLS handshake is
-// TLS 1.3 with a FIPS-approved suite, ext-authz allows the event, and both
-// binaries' metrics show FIPS mode.
+// TestFIPSBinariesMTLS starts ext-authz and skr-webhook with their defaults
+// (no GODEBUG), skr-webhook with --min-tls-version=1.3, and sends one SKR
+// change through the gateway stand-in: both binaries are built with FIPS
+// mode on by default, the webhook's mTLS handshake is TLS 1.3 with a
+// FIPS-approved suite, ext-authz allows the event, and both binaries'
+// metrics show FIPS mode.
 func TestFIPSBinariesMTLS(t *testing.T) {
 	testenv.SkipIfShort(t)
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	t.Setenv("GODEBUG", "fips140=on") // inherited by the binaries
+	t.Setenv("GODEBUG", "") // the binaries run with their built-in defaults
 
 	authzBin, err := testenv.BuildBinary("ext-authz")
 	must(t, err)
 	webhookBin, err := testenv.BuildBinary("skr-webhook")
 	must(t, err)
+	for _, bin := range []string{authzBin, webhookBin} {
+		if got := buildSetting(t, bin, "DefaultGODEBUG"); !slices.Contains(strings.Split(got, ","), "fips140=on") {
+			t.Errorf("%s: DefaultGODEBUG %q, want fips140=on (//go:debug fips140=on in its main package)", bin, got)
+		}
+	}
 	env, err := testenv.Start("kcp")
 	must(t, err)
 	defer func() { _ = env.Stop() }()
@@ -150,6 +158,20 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 			t.Errorf("%s = %v (found %v), want 1", m.name, v, found)
 		}
 	}
+}
+
+// buildSetting is the value of key in the build information of the binary
+// at path (what `go version -m` prints as "build key=value").
+func buildSetting(t *testing.T, path, key string) string {
+	t.Helper()
+	info, err := buildinfo.ReadFile(path)
+	must(t, err)
+	for _, s := range info.Settings {
+		if s.Key == key {
+			return s.Value
+		}
+	}
+	return ""
 }
 
 func get(url string) int {
