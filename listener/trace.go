@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/textproto"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -15,6 +16,11 @@ import (
 // when the request carried a valid traceparent. Kyma's listener v2 has no
 // such key; consumers that do not read it are unaffected.
 const KeyTraceParent = "traceparent"
+
+// traceParentKey is the W3C traceparent header in canonical form, the key
+// of http.Header (Header.Get would canonicalize it, allocating, on every
+// event).
+var traceParentKey = textproto.CanonicalMIMEHeaderKey(KeyTraceParent)
 
 // traceContext reads and writes W3C traceparent and tracestate.
 var traceContext propagation.TraceContext
@@ -37,7 +43,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // it returns the traceparent the event carries ("" for none) and the span
 // (nil when not tracing).
 func (l *Listener) receiveSpan(r *http.Request, runtimeID string) (string, trace.Span) {
-	if r.Header.Get(KeyTraceParent) == "" && l.cfg.tracer == nil {
+	if len(r.Header[traceParentKey]) == 0 && l.cfg.tracer == nil {
 		return "", nil
 	}
 	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
