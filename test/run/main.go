@@ -11,7 +11,7 @@
 // Cleaning up does not depend on stdout: it comes first, and writes to a
 // closed stdout (`make run | tee log` with tee stopped by the same Ctrl-C)
 // fail quietly. Every process it starts dies with it, even on SIGKILL
-// (Linux's parent-death signal; envtest's kube-apiserver and etcd through a
+// (Linux's parent-death signal; kube-apiserver, etcd and kube-controller-manager through a
 // link to this program, see apiServerShim), and a run that was killed is
 // cleaned up by the next one (localenv.ClaimRun).
 package main
@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -211,10 +212,11 @@ func receivedLine(ev localenv.ReceivedEvent, written time.Time) string {
 }
 
 // installShims points envtest (KUBEBUILDER_ASSETS) at <dir>/assets, where
-// kube-apiserver and etcd are links to this program: started under those
-// names, it makes itself die with the runner and execs the real binary
-// (apiServerShim). envtest offers no other way to set the parent-death
-// signal on the processes it starts.
+// every binary testenv runs from there (testenv.AssetBinaries:
+// kube-apiserver, etcd, kube-controller-manager) is a link to this program:
+// started under one of those names, it makes itself die with the runner and
+// execs the real binary (apiServerShim). envtest offers no other way to set
+// the parent-death signal on the processes it starts.
 func installShims(dir, realAssets string) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -224,7 +226,7 @@ func installShims(dir, realAssets string) error {
 	if err := os.MkdirAll(shims, 0o755); err != nil {
 		return err
 	}
-	for _, name := range []string{"kube-apiserver", "etcd"} {
+	for _, name := range testenv.AssetBinaries {
 		if err := os.Symlink(self, filepath.Join(shims, name)); err != nil {
 			return err
 		}
@@ -241,11 +243,11 @@ func installShims(dir, realAssets string) error {
 	return nil
 }
 
-// apiServerShim runs when this program was started as kube-apiserver or
-// etcd by envtest (see installShims): it does not return then.
+// apiServerShim runs when this program was started as one of
+// testenv.AssetBinaries (see installShims): it does not return then.
 func apiServerShim() error {
 	name := filepath.Base(os.Args[0])
-	if name != "kube-apiserver" && name != "etcd" {
+	if !slices.Contains(testenv.AssetBinaries, name) {
 		return nil
 	}
 	parent, err := strconv.Atoi(os.Getenv(envRunnerPID))

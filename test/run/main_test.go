@@ -1,11 +1,14 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // TestReceivedLine: a change names its object and the time from the demo's
@@ -31,6 +34,31 @@ func TestReceivedLine(t *testing.T) {
 	} {
 		if got := receivedLine(tt.ev, tt.written); got != tt.want {
 			t.Errorf("receivedLine(%+v) =\n%s\nwant\n%s", tt.ev, got, tt.want)
+		}
+	}
+}
+
+// TestShimsCoverEveryAsset: make run's shims stand in for every binary
+// testenv runs from its assets folder (kube-controller-manager was once
+// missing: make run stopped with "kube-controller-manager not found").
+func TestShimsCoverEveryAsset(t *testing.T) {
+	for _, k := range []string{envRealAssets, envRunnerPID, "KUBEBUILDER_ASSETS"} {
+		t.Setenv(k, "") // restored after the test; installShims sets them
+	}
+	dir := t.TempDir()
+	if err := installShims(dir, "/real/assets"); err != nil {
+		t.Fatal(err)
+	}
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "assets"); assets != want {
+		t.Fatalf("testenv.AssetsDir() = %s, want the shims' %s", assets, want)
+	}
+	for _, name := range testenv.AssetBinaries {
+		if _, err := os.Stat(filepath.Join(assets, name)); err != nil {
+			t.Errorf("no shim for %s: %v", name, err)
 		}
 	}
 }

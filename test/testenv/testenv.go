@@ -60,6 +60,11 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// AssetBinaries are the binaries testenv runs from AssetsDir: kube-apiserver
+// and etcd for every cluster, kube-controller-manager for
+// Cluster.StartControllerManager (make run's shims, test/run, link each).
+var AssetBinaries = []string{"kube-apiserver", "etcd", "kube-controller-manager"}
+
 // AssetsDir is where kube-apiserver and etcd are: $KUBEBUILDER_ASSETS when
 // set, else bin/k8s/<KubernetesVersion> in the repository. It fails with an
 // instruction when the binaries are not there.
@@ -68,7 +73,7 @@ func AssetsDir() (string, error) {
 	if dir == "" {
 		dir = filepath.Join(RepoRoot(), "bin", "k8s", KubernetesVersion)
 	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
+	for _, b := range AssetBinaries[:2] { // kube-controller-manager: checked when started
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("%s not found in %s: run `make envtest-assets` to build it from source", b, dir)
 		}
