@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -104,6 +105,11 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	}
 	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 || o.maxStreamsAll < 1 || o.maxStreamsAll > 4096 {
 		return nil, errors.New("--max-concurrent-streams, --max-connections and --max-total-streams must be between 1 and 4096")
+	}
+	workersSet := false
+	fs.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "stream-workers" })
+	if !workersSet {
+		o.streamWorkers = min(o.streamWorkers, o.maxStreamsAll) // the default never conflicts with a smaller --max-total-streams
 	}
 	if o.streamWorkers < 0 || o.streamWorkers > o.maxStreamsAll {
 		return nil, fmt.Errorf("--stream-workers %d: want 0 to --max-total-streams (%d)", o.streamWorkers, o.maxStreamsAll)

@@ -76,6 +76,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "stream workers off", args: []string{"--stream-workers=0"}, check: func(o *options) bool { return o.streamWorkers == 0 }},
 		{name: "stream workers negative", args: []string{"--stream-workers=-1"}, wantErr: "--stream-workers"},
 		{name: "stream workers over total streams", args: []string{"--max-total-streams=8", "--stream-workers=9"}, wantErr: "--stream-workers"},
+		{name: "stream workers default under few total streams", args: []string{"--max-total-streams=8"}, check: func(o *options) bool { return o.streamWorkers == 8 }},
 		{name: "check timeout", check: func(o *options) bool { return o.checkTimeout == 2*time.Second }},
 		{name: "check timeout set", args: []string{"--check-timeout=500ms"}, check: func(o *options) bool { return o.checkTimeout == 500*time.Millisecond }},
 		{name: "check timeout zero", args: []string{"--check-timeout=0"}, wantErr: "--check-timeout"},
