@@ -922,6 +922,6 @@ type rbacEngine struct {
 
 type rbacPolicy struct {
 	name        string
-	permissions []*permission
-	principals  []*principal
+	permissions []*rbacRule
+	principals  []*rbacRule
 }

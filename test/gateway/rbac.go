@@ -20,22 +20,14 @@ type rbacRequest struct {
 	peer     *x509.Certificate
 }
 
-type permission struct {
-	any      bool
-	and, or  []*permission
-	not      *permission
-	urlPath  *stringMatch
-	header   *headerMatch
-	destPort uint32
-}
-
-type principal struct {
-	any           bool
-	and, or       []*principal
-	not           *principal
-	authenticated *stringMatch // nil with authenticated set: any verified peer
-	isAuth        bool
-	header        *headerMatch
+// rbacRule is a compiled Envoy RBAC Permission or Principal: the
+// combinators both messages share (any, and, or, not) or one leaf test of
+// the request (a path, header, destination port or authenticated peer).
+type rbacRule struct {
+	any     bool
+	and, or []*rbacRule
+	not     *rbacRule
+	leaf    func(*rbacRequest) bool
 }
 
 type headerMatch struct {
@@ -114,35 +106,28 @@ func compileRBAC(r *rbacconfigv3.RBAC) (*rbacEngine, error) {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
 		cp := rbacPolicy{name: name}
-		for _, perm := range p.GetPermissions() {
-			c, err := compilePermission(perm)
-			if err != nil {
-				return nil, fmt.Errorf("policy %s: %w", name, err)
-			}
-			cp.permissions = append(cp.permissions, c)
+		var err error
+		if cp.permissions, err = compileRules(p.GetPermissions(), compilePermission); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
-		for _, prin := range p.GetPrincipals() {
-			c, err := compilePrincipal(prin)
-			if err != nil {
-				return nil, fmt.Errorf("policy %s: %w", name, err)
-			}
-			cp.principals = append(cp.principals, c)
+		if cp.principals, err = compileRules(p.GetPrincipals(), compilePrincipal); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
 		out.policies = append(out.policies, cp)
 	}
 	return out, nil
 }
 
-func compilePermission(p *rbacconfigv3.Permission) (*permission, error) {
-	out := &permission{}
+func compilePermission(p *rbacconfigv3.Permission) (*rbacRule, error) {
+	out := &rbacRule{}
 	var err error
 	switch r := p.GetRule().(type) {
 	case *rbacconfigv3.Permission_Any:
 		out.any = r.Any
 	case *rbacconfigv3.Permission_AndRules:
-		out.and, err = compilePermissions(r.AndRules.GetRules())
+		out.and, err = compileRules(r.AndRules.GetRules(), compilePermission)
 	case *rbacconfigv3.Permission_OrRules:
-		out.or, err = compilePermissions(r.OrRules.GetRules())
+		out.or, err = compileRules(r.OrRules.GetRules(), compilePermission)
 	case *rbacconfigv3.Permission_NotRule:
 		out.not, err = compilePermission(r.NotRule)
 	case *rbacconfigv3.Permission_UrlPath:
@@ -151,60 +136,60 @@ func compilePermission(p *rbacconfigv3.Permission) (*permission, error) {
 		}
 		var sm stringMatch
 		sm, err = compileStringMatch(r.UrlPath.GetPath())
-		out.urlPath = &sm
+		out.leaf = func(r *rbacRequest) bool { return sm.match(r.path) }
 	case *rbacconfigv3.Permission_Header:
-		out.header, err = compileHeaderMatch(r.Header)
+		var h *headerMatch
+		h, err = compileHeaderMatch(r.Header)
+		out.leaf = h.match
 	case *rbacconfigv3.Permission_DestinationPort:
-		out.destPort = r.DestinationPort
+		if port := r.DestinationPort; port != 0 { // port 0 matches nothing
+			out.leaf = func(r *rbacRequest) bool { return r.destPort == port }
+		}
 	default:
 		return nil, fmt.Errorf("permission %T not implemented", p.GetRule())
 	}
 	return out, err
 }
 
-func compilePermissions(ps []*rbacconfigv3.Permission) ([]*permission, error) {
-	var out []*permission
-	for _, p := range ps {
-		c, err := compilePermission(p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func compilePrincipal(p *rbacconfigv3.Principal) (*principal, error) {
-	out := &principal{}
+func compilePrincipal(p *rbacconfigv3.Principal) (*rbacRule, error) {
+	out := &rbacRule{}
 	var err error
 	switch r := p.GetIdentifier().(type) {
 	case *rbacconfigv3.Principal_Any:
 		out.any = r.Any
 	case *rbacconfigv3.Principal_AndIds:
-		out.and, err = compilePrincipals(r.AndIds.GetIds())
+		out.and, err = compileRules(r.AndIds.GetIds(), compilePrincipal)
 	case *rbacconfigv3.Principal_OrIds:
-		out.or, err = compilePrincipals(r.OrIds.GetIds())
+		out.or, err = compileRules(r.OrIds.GetIds(), compilePrincipal)
 	case *rbacconfigv3.Principal_NotId:
 		out.not, err = compilePrincipal(r.NotId)
 	case *rbacconfigv3.Principal_Authenticated_:
-		out.isAuth = true
+		// Without a principal name: any verified peer.
+		var name *stringMatch
 		if pn := r.Authenticated.GetPrincipalName(); pn != nil {
 			var sm stringMatch
 			sm, err = compileStringMatch(pn)
-			out.authenticated = &sm
+			name = &sm
+		}
+		out.leaf = func(r *rbacRequest) bool {
+			return r.peer != nil && (name == nil || name.match(principalName(r.peer)))
 		}
 	case *rbacconfigv3.Principal_Header:
-		out.header, err = compileHeaderMatch(r.Header)
+		var h *headerMatch
+		h, err = compileHeaderMatch(r.Header)
+		out.leaf = h.match
 	default:
 		return nil, fmt.Errorf("principal %T not implemented", p.GetIdentifier())
 	}
 	return out, err
 }
 
-func compilePrincipals(ps []*rbacconfigv3.Principal) ([]*principal, error) {
-	var out []*principal
+// compileRules compiles a list of Permissions or Principals (nil when the
+// list is empty).
+func compileRules[T any](ps []T, compile func(T) (*rbacRule, error)) ([]*rbacRule, error) {
+	var out []*rbacRule
 	for _, p := range ps {
-		c, err := compilePrincipal(p)
+		c, err := compile(p)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +222,7 @@ func (h *headerMatch) match(r *rbacRequest) bool {
 	return res != h.invert
 }
 
-func (p *permission) match(r *rbacRequest) bool {
+func (p *rbacRule) match(r *rbacRequest) bool {
 	switch {
 	case p.any:
 		return true
@@ -249,51 +234,11 @@ func (p *permission) match(r *rbacRequest) bool {
 		}
 		return true
 	case p.or != nil:
-		for _, c := range p.or {
-			if c.match(r) {
-				return true
-			}
-		}
-		return false
+		return anyMatch(p.or, r)
 	case p.not != nil:
 		return !p.not.match(r)
-	case p.urlPath != nil:
-		return p.urlPath.match(r.path)
-	case p.header != nil:
-		return p.header.match(r)
-	case p.destPort != 0:
-		return r.destPort == p.destPort
-	}
-	return false
-}
-
-func (p *principal) match(r *rbacRequest) bool {
-	switch {
-	case p.any:
-		return true
-	case p.and != nil:
-		for _, c := range p.and {
-			if !c.match(r) {
-				return false
-			}
-		}
-		return true
-	case p.or != nil:
-		for _, c := range p.or {
-			if c.match(r) {
-				return true
-			}
-		}
-		return false
-	case p.not != nil:
-		return !p.not.match(r)
-	case p.isAuth:
-		if r.peer == nil {
-			return false
-		}
-		return p.authenticated == nil || p.authenticated.match(principalName(r.peer))
-	case p.header != nil:
-		return p.header.match(r)
+	case p.leaf != nil:
+		return p.leaf(r)
 	}
 	return false
 }
@@ -302,25 +247,17 @@ func (p *principal) match(r *rbacRequest) bool {
 // permissions and principals both match, "" when none does.
 func (e *rbacEngine) matched(r *rbacRequest) string {
 	for _, p := range e.policies {
-		if anyPermission(p.permissions, r) && anyPrincipal(p.principals, r) {
+		if anyMatch(p.permissions, r) && anyMatch(p.principals, r) {
 			return p.name
 		}
 	}
 	return ""
 }
 
-func anyPermission(ps []*permission, r *rbacRequest) bool {
-	for _, p := range ps {
-		if p.match(r) {
-			return true
-		}
-	}
-	return false
-}
-
-func anyPrincipal(ps []*principal, r *rbacRequest) bool {
-	for _, p := range ps {
-		if p.match(r) {
+// anyMatch reports whether one of rules matches r.
+func anyMatch(rules []*rbacRule, r *rbacRequest) bool {
+	for _, c := range rules {
+		if c.match(r) {
 			return true
 		}
 	}
