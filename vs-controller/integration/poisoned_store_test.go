@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"time"
 
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -48,58 +47,29 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 		stopMgr, stopIssuer func()
 	)
 
-	run := func(start func(ctx context.Context) error) func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		stopped := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(stopped)
-			Expect(start(ctx)).To(Succeed())
-		}()
-		return func() {
-			cancel()
-			Eventually(stopped).Should(BeClosed())
-		}
-	}
 	startManager := func() func() {
-		return run(func(ctx context.Context) error {
-			mgr, err := controllers.New(ctx, cluster.Config, controllers.Options{
-				MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-				GatewayNamespace: gatewayNS, KymaNamespace: kymaNS,
-				Issuer: cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},
-				Bundle: bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
-				Trust: trust.Options{
-					CASecret:              types.NamespacedName{Namespace: kymaNS, Name: issuerName},
-					GatewayCASecret:       gatewayCASecret,
-					GatewayClientCASecret: clientCA,
-					Interval:              200 * time.Millisecond,
-				},
-				SKRTimeout:         3 * time.Second,
-				WatcherDebounce:    50 * time.Millisecond,
-				KubeconfigRetry:    time.Second,
-				SkipNameValidation: true,
+		return runUntilStopped(func(ctx context.Context) error {
+			opts := rotationOptions(trust.Options{
+				CASecret:              types.NamespacedName{Namespace: kymaNS, Name: issuerName},
+				GatewayCASecret:       gatewayCASecret,
+				GatewayClientCASecret: clientCA,
+				Interval:              200 * time.Millisecond,
 			})
+			opts.SKRTimeout, opts.WatcherDebounce, opts.KubeconfigRetry = 3*time.Second, 50*time.Millisecond, time.Second
+			mgr, err := controllers.New(ctx, cluster.Config, opts)
 			if err != nil {
 				return err
 			}
 			return mgr.Start(ctx)
 		})
 	}
+	commonName := func(c *x509.Certificate) string { return c.Subject.CommonName }
 	names := func(certs []*x509.Certificate) []string {
 		out := []string{}
 		for _, c := range certs {
-			out = append(out, c.Subject.CommonName)
+			out = append(out, commonName(c))
 		}
 		return out
-	}
-	clientCABundle := func(ctx context.Context) func(Gomega) []string {
-		return func(g Gomega) []string {
-			s := &corev1.Secret{}
-			g.Expect(cluster.Client.Get(ctx, clientCA, s)).To(Succeed())
-			cs, bad := trust.ParseBundle(s.Data["ca.crt"])
-			g.Expect(bad).NotTo(HaveOccurred())
-			return names(cs)
-		}
 	}
 	storeHolds := func(ctx context.Context, name string) func(Gomega) []string {
 		return func(g Gomega) []string {
@@ -150,7 +120,7 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 		notCA, err = evil.Issue(pki.LeafOptions{CommonName: "not a CA"})
 		Expect(err).NotTo(HaveOccurred())
 		// cert-manager's own controllers issue this cluster's certificates.
-		stopIssuer = run(func(ctx context.Context) error {
+		stopIssuer = runUntilStopped(func(ctx context.Context) error {
 			return cmcontrollers.Run(ctx, cmcontrollers.Options{Kubeconfig: cluster.KubeconfigPath, Log: ctrl.Log.WithName("cert-manager-poisoned-store")})
 		})
 
@@ -170,7 +140,7 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 
 	It("keeps the CAs out of every bundle after a restart on a poisoned store", func(ctx SpecContext) {
 		stopMgr = startManager()
-		Eventually(clientCABundle(ctx)).Should(Equal([]string{"runtime CA"}))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, commonName)).Should(Equal([]string{"runtime CA"}))
 		Eventually(runtimeAnchors(ctx)).Should(Equal([]string{"gateway CA", "runtime CA"}))
 		for _, s := range stores {
 			Eventually(storeHolds(ctx, s)).Should(HaveLen(1))
@@ -197,7 +167,7 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 			return testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("runtime")) +
 				testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("gateway")) - refused
 		}).Should(BeEquivalentTo(4))
-		Expect(clientCABundle(ctx)(Gomega(Default))).To(Equal([]string{"runtime CA"}))
+		Expect(clientCABundle(ctx, cluster.Client, clientCA, commonName)(Gomega(Default))).To(Equal([]string{"runtime CA"}))
 
 		// A pass over the runtime after the restart (a new Watcher's
 		// webhook arrives) gives it the bundles without them.
@@ -214,7 +184,7 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 			return out, nil
 		}).Should(ContainElement(kymaNS + ".second.operator.kyma-project.io"))
 		Expect(runtimeAnchors(ctx)(Gomega(Default))).To(Equal([]string{"gateway CA", "runtime CA", "runtime CA"}))
-		Expect(clientCABundle(ctx)(Gomega(Default))).To(Equal([]string{"runtime CA"}))
+		Expect(clientCABundle(ctx, cluster.Client, clientCA, commonName)(Gomega(Default))).To(Equal([]string{"runtime CA"}))
 
 		By("verifying a client certificate the attacker's CA minted for the runtime against the client CA bundle")
 		s := &corev1.Secret{}

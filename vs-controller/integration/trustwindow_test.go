@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"time"
 
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -19,7 +18,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
@@ -46,44 +44,18 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 	// so the client CA Secret) on this spec's own KCP; extra is the
 	// --migration-extra-ca-secret (zero: closed).
 	startManager := func(extra types.NamespacedName) func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		mgr, err := controllers.New(ctx, cluster.Config, controllers.Options{
-			MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-			GatewayNamespace: gatewayNS, KymaNamespace: kymaNS,
-			Issuer: cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},
-			Bundle: bundle.Options{Image: skrImage, KCPAddr: kcpGateway},
-			Trust: trust.Options{
+		return runUntilStopped(func(ctx context.Context) error {
+			mgr, err := controllers.New(ctx, cluster.Config, rotationOptions(trust.Options{
 				CASecret:               types.NamespacedName{Namespace: kymaNS, Name: issuerName},
 				GatewayClientCASecret:  clientCA,
 				MigrationExtraCASecret: extra,
 				Interval:               200 * time.Millisecond,
-			},
-			SkipNameValidation: true,
-		})
-		Expect(err).NotTo(HaveOccurred())
-		stopped := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(stopped)
-			Expect(mgr.Start(ctx)).To(Succeed())
-		}()
-		return func() {
-			cancel()
-			Eventually(stopped).Should(BeClosed())
-		}
-	}
-	clientCABundle := func(ctx context.Context) func(Gomega) []string {
-		return func(g Gomega) []string {
-			s := &corev1.Secret{}
-			g.Expect(cluster.Client.Get(ctx, clientCA, s)).To(Succeed())
-			cs, bad := trust.ParseBundle(s.Data["ca.crt"])
-			g.Expect(bad).NotTo(HaveOccurred())
-			var out []string
-			for _, c := range cs {
-				out = append(out, c.Subject.CommonName+"/"+trust.Fingerprint(c))
+			}))
+			if err != nil {
+				return err
 			}
-			return out
-		}
+			return mgr.Start(ctx)
+		})
 	}
 	name := func(c *x509.Certificate) string { return c.Subject.CommonName + "/" + trust.Fingerprint(c) }
 
@@ -128,7 +100,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 
 	It("adds LM's CAs to the gateway's client CA bundle, and nowhere else, while the flag is given", func(ctx SpecContext) {
 		stopMgr = startManager(lmSecret)
-		Eventually(clientCABundle(ctx)).Should(Equal([]string{name(ourCA.Cert), name(lmCAs[0]), name(lmCAs[1])}))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert), name(lmCAs[0]), name(lmCAs[1])}))
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.ClientCAExtraCAs) }).Should(BeEquivalentTo(2))
 		Expect(testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName))).To(BeEquivalentTo(1))
 
@@ -145,7 +117,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 		Expect(cluster.Client.Get(ctx, lmSecret, s)).To(Succeed())
 		s.Data["ca.crt"] = []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
 		Expect(cluster.Client.Update(ctx, s)).To(Succeed())
-		Eventually(clientCABundle(ctx)).Should(Equal([]string{name(ourCA.Cert)}))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert)}))
 		Expect(testutil.ToFloat64(metrics.ClientCAExtraCAs)).To(BeEquivalentTo(0))
 		Expect(testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName))).To(BeEquivalentTo(0))
 		Eventually(func(g Gomega) []string {
@@ -162,19 +134,19 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 
 		s.Data["ca.crt"] = lmCAPEM
 		Expect(cluster.Client.Update(ctx, s)).To(Succeed())
-		Eventually(clientCABundle(ctx)).Should(HaveLen(3))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(HaveLen(3))
 
 		Expect(cluster.Client.Delete(ctx, s)).To(Succeed())
-		Eventually(clientCABundle(ctx)).Should(Equal([]string{name(ourCA.Cert)}))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert)}))
 		s.ResourceVersion = ""
 		Expect(cluster.Client.Create(ctx, s)).To(Succeed())
-		Eventually(clientCABundle(ctx)).Should(HaveLen(3))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(HaveLen(3))
 	})
 
 	It("closes the window when vs-controller runs without the flag", func(ctx SpecContext) {
 		stopMgr()
 		stopMgr = startManager(types.NamespacedName{})
-		Eventually(clientCABundle(ctx)).Should(Equal([]string{name(ourCA.Cert)}))
+		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert)}))
 		Expect(testutil.ToFloat64(metrics.ClientCAExtraCAs)).To(BeEquivalentTo(0))
 	})
 })
