@@ -14,8 +14,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,10 +41,6 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		}
 		d = de.Delivery()
 		n = sample(env.Names())
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.SKRNamespace}}
-		if err := env.SKR().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			Expect(err).NotTo(HaveOccurred())
-		}
 		pathReady(ctx, n)
 	})
 

@@ -14,8 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	istioapinetworking "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -41,10 +39,6 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 		}
 		is = ie.Istio()
 		n = sample(env.Names())
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.SKRNamespace}}
-		if err := env.SKR().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			Expect(err).NotTo(HaveOccurred())
-		}
 		pathReady(ctx, n)
 	})
 

@@ -35,10 +35,6 @@ var _ = Describe("Runtime Watcher", Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		n = sample(env.Names())
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.SKRNamespace}}
-		if err := env.SKR().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			Expect(err).NotTo(HaveOccurred())
-		}
 		pathReady(ctx, n)
 	})
 

@@ -17,7 +17,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,10 +37,6 @@ var _ = Describe("CA rotation", Label("ca-rotation"), Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		n = sample(env.Names())
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.SKRNamespace}}
-		if err := env.SKR().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			Expect(err).NotTo(HaveOccurred())
-		}
 		// Another spec may have deleted the sample Watcher.
 		w := localenv.SampleWatcher()
 		w.Name, w.Namespace = n.WatcherName, n.KymaNamespace

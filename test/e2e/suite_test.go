@@ -10,6 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -73,7 +75,8 @@ func eventuallyTimeout() time.Duration {
 }
 
 // pathReady returns once a change in the SKR reaches the operator: it
-// changes the object "path-probe" until an event for it arrives. A container
+// changes the object "path-probe" (in the SKR namespace, created when
+// missing) until an event for it arrives. A container
 // that broke the path on purpose leaves it being rebuilt — a webhook
 // configuration vs-controller has just written again is not yet in the SKR
 // API server's admission chain, and a change made in that moment is never
@@ -81,6 +84,8 @@ func eventuallyTimeout() time.Duration {
 // calls this first, instead of relying on the order of the containers.
 func pathReady(ctx context.Context, n sample) {
 	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.SKRNamespace}}
+	Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, ns))).To(Succeed())
 	probe := n.watchedKyma("path-probe")
 	Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, probe))).To(Succeed())
 	round := 0
