@@ -82,8 +82,9 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		for _, s := range stores {
 			cm := &corev1.ConfigMap{}
 			Expect(env.KCP().Get(ctx, client.ObjectKey{Namespace: n.KymaNamespace, Name: s}, cm)).To(Succeed())
+			base := cm.DeepCopy() // a patch: vs-controller may write the store meanwhile
 			cm.Data[trust.StoreKey] += string(evil.PEM) + string(notCA.CertPEM)
-			Expect(env.KCP().Update(ctx, cm)).To(Succeed())
+			Expect(env.KCP().Patch(ctx, cm, client.MergeFrom(base))).To(Succeed())
 		}
 
 		By("restarting vs-controller on the poisoned stores")

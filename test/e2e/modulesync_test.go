@@ -125,8 +125,9 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 		for _, name := range []string{localenv.SampleModule + "-defaults", localenv.SampleConfigMap} {
 			cm := &corev1.ConfigMap{}
 			Expect(env.SKR().Get(ctx, skrObj(name), cm)).To(Succeed())
+			base := cm.DeepCopy() // a patch: module-sync may write the object meanwhile
 			cm.Data["greeting"] = "changed in the SKR"
-			Expect(env.SKR().Update(ctx, cm)).To(Succeed())
+			Expect(env.SKR().Patch(ctx, cm, client.MergeFrom(base))).To(Succeed())
 		}
 		Eventually(configGreeting).WithContext(ctx).WithTimeout(within).Should(Equal("e2e-1"), "drift corrected")
 		Consistently(func(g Gomega) {

@@ -112,6 +112,7 @@ func onLMCertificate() []string {
 func setKymaLabel(ctx context.Context, name, key, value string) {
 	k := newKyma(name, "", "")
 	ExpectWithOffset(1, kcp.Client.Get(ctx, client.ObjectKeyFromObject(k), k)).To(Succeed())
+	base := k.DeepCopy() // a patch: vs-controller writes the Kyma's conditions meanwhile
 	labels := k.GetLabels()
 	if value == "" {
 		delete(labels, key)
@@ -119,7 +120,7 @@ func setKymaLabel(ctx context.Context, name, key, value string) {
 		labels[key] = value
 	}
 	k.SetLabels(labels)
-	ExpectWithOffset(1, kcp.Client.Update(ctx, k)).To(Succeed())
+	ExpectWithOffset(1, kcp.Client.Patch(ctx, k, client.MergeFrom(base))).To(Succeed())
 }
 
 var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, func() {

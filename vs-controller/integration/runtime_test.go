@@ -196,9 +196,10 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 
 		By("changing the watched field")
 		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(w), w)).To(Succeed())
+		base := w.DeepCopy() // a patch: vs-controller writes the Watcher's status meanwhile
 		w.Spec.Field = v1beta2.StatusField
 		w.Spec.LabelsToWatch = nil
-		Expect(kcp.Client.Update(ctx, w)).To(Succeed())
+		Expect(kcp.Client.Patch(ctx, w, client.MergeFrom(base))).To(Succeed())
 		Eventually(func() (*admissionregistrationv1.ValidatingWebhook, error) {
 			vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 			if err := skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc); err != nil {
@@ -272,10 +273,11 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		By("asking for a re-issue, as `cmctl renew` does")
 		crt, err := certificateOf(ctx, runtimeID)
 		Expect(err).NotTo(HaveOccurred())
+		base := crt.DeepCopy() // a patch: cert-manager may write the status meanwhile
 		crt.Status.Conditions = append(crt.Status.Conditions, certmanagerv1.CertificateCondition{
 			Type: certmanagerv1.CertificateConditionIssuing, Status: cmmeta.ConditionTrue, Reason: "ManuallyTriggered",
 		})
-		Expect(kcp.Client.Status().Update(ctx, crt)).To(Succeed())
+		Expect(kcp.Client.Status().Patch(ctx, crt, client.MergeFrom(base))).To(Succeed())
 
 		Eventually(func() ([]byte, error) {
 			s := &corev1.Secret{}

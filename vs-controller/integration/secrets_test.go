@@ -95,9 +95,12 @@ var _ = Describe("Least privilege: vs-controller's Secret cache", Label("bounds"
 		}).Should(Succeed())
 		Expect(issued.Labels).NotTo(HaveKey(contract.LabelPartOf))
 
+		// A patch, not an Update: cert-manager writes the Certificate's status
+		// while it issues, and an Update from an older read would conflict.
 		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(crt), crt)).To(Succeed())
+		base := crt.DeepCopy()
 		crt.Spec.SecretTemplate = &certmanagerv1.CertificateSecretTemplate{Labels: maps.Clone(ours)}
-		Expect(kcp.Client.Update(ctx, crt)).To(Succeed())
+		Expect(kcp.Client.Patch(ctx, crt, client.MergeFrom(base))).To(Succeed())
 		Eventually(cached(ctx, crt.Spec.SecretName)).Should(Succeed())
 		now := &corev1.Secret{}
 		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(issued), now)).To(Succeed())
