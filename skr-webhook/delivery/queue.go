@@ -547,8 +547,10 @@ func (q *Queue) WaitIdle(ctx context.Context) error {
 func (q *Queue) Depth() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.pending.Len() + len(q.ctrl) + q.dirty
+	return q.depthLocked()
 }
+
+func (q *Queue) depthLocked() int { return q.pending.Len() + len(q.ctrl) + q.dirty }
 
 // OldestPending is the oldest undelivered change among the deliveries
 // owed, in flight included (zero when none is owed).

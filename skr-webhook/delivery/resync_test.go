@@ -96,6 +96,16 @@ func (e *fakeEnv) waitCalls(t *testing.T, n int) {
 	}
 }
 
+// owed reports whether the queue owes n deliveries and has none in flight.
+func (e *fakeEnv) owed(n int) func() bool {
+	return func() bool {
+		q := e.d.queue
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.flight == 0 && q.depthLocked() == n
+	}
+}
+
 func (e *fakeEnv) counter(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	return metric(t, e.reg, "runtime_watcher_skr_webhook_"+name, labels...)
@@ -459,14 +469,17 @@ func TestHeartbeats(t *testing.T) {
 	mu.Lock()
 	fail = true
 	mu.Unlock()
-	// Three intervals with the KCP failing: at most one heartbeat pending
-	// per manager.
-	for range 3 {
+	// Three intervals with the KCP failing: each step brings one failed
+	// attempt per manager, and at most one heartbeat stays pending per
+	// manager. Each step is awaited until its attempts failed and none is
+	// in flight: their retries are then due on the fake clock, so the next
+	// step reaches them (the retry of an attempt still in flight during a
+	// step would be due after it).
+	for i := range 3 {
 		e.clock.Step(5 * time.Minute)
-		eventually(t, "pending", func() bool { return e.d.Depth() == 2 })
-	}
-	if got := e.counter(t, "heartbeats_failed_total"); got < 2 {
-		t.Fatalf("heartbeats failed %v", got)
+		eventually(t, "failed and pending", func() bool {
+			return e.counter(t, "heartbeats_failed_total") == float64(2*(i+1)) && e.owed(2)()
+		})
 	}
 	mu.Lock()
 	fail = false
