@@ -20,15 +20,20 @@ func decodeWatchEvent(body []byte, we *contract.WatchEvent) error {
 	if scanWatchEvent(body, we) {
 		return nil
 	}
-	*we = contract.WatchEvent{}
-	return json.Unmarshal(body, we)
+	// A variable of its own: json.Unmarshal moves what it decodes into to
+	// the heap, and only this path should pay for that.
+	var slow contract.WatchEvent
+	err := json.Unmarshal(body, &slow)
+	*we = slow
+	return err
 }
 
 // scanWatchEvent reads the simple form of a WatchEvent into we, or reports
 // false (we then holds partial values). Keys match as in encoding/json:
 // exactly or ignoring case — for ASCII keys (the only ones accepted) that
 // is ASCII case folding. A repeated key decodes into the same field again,
-// as in encoding/json (a repeated object merges).
+// as in encoding/json (a repeated object merges). The strings in we share
+// one copy of body (one allocation per event, not one per field).
 func scanWatchEvent(body []byte, we *contract.WatchEvent) bool {
 	s := scanner{b: body}
 	ok := s.object(func(key []byte) bool {
@@ -92,8 +97,9 @@ func lowerASCII(c byte) byte {
 }
 
 type scanner struct {
-	b []byte
-	i int
+	b    []byte
+	text string // string(b) once str needs it: the values it reads share it
+	i    int
 }
 
 func (s *scanner) space() {
@@ -162,9 +168,13 @@ func (s *scanner) raw() ([]byte, bool) {
 }
 
 func (s *scanner) str(dst *string) bool {
+	start := s.i + 1
 	v, ok := s.raw()
 	if ok {
-		*dst = string(v)
+		if s.text == "" {
+			s.text = string(s.b)
+		}
+		*dst = s.text[start : start+len(v)]
 	}
 	return ok
 }
