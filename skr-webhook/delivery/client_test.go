@@ -167,9 +167,11 @@ func TestSenderFailsRetriablyAgainstABrokenKCP(t *testing.T) {
 	if err := k.stub.SetMode(kcpstub.Serving); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.Send(context.Background(), "m", watch("a")); r.Outcome != Delivered {
-		t.Fatalf("back: %+v", r)
-	}
+	// Serving again: delivered, once a handshake fits the client's short
+	// timeout on a loaded machine.
+	eventually(t, "delivered once serving again", func() bool {
+		return s.Send(context.Background(), "m", watch("a")).Outcome == Delivered
+	})
 }
 
 func TestSenderRefusesAnUntrustedKCP(t *testing.T) {

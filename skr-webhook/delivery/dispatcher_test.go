@@ -121,6 +121,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		Should(gomega.BeTrue(), what)
 }
 
+// inFlight is the number of deliveries workers hold.
+func inFlight(q *Queue) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.flight
+}
+
 func fastConfig(reg prometheus.Registerer) Config {
 	return Config{
 		QueueSize: 100, Workers: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond,
@@ -207,11 +214,17 @@ func TestDispatcherEnqueueNeverBlocks(t *testing.T) {
 	s := &scripted{release: make(chan struct{}), answer: func(int, contract.WatchEvent) Result {
 		return Result{Outcome: Delivered}
 	}}
-	d := New(fastConfig(reg), s, logr.Discard()) // 4 workers, 100 slots
+	cfg := fastConfig(reg)           // 4 workers, 100 slots
+	cfg.AttemptTimeout = time.Minute // the workers stay stuck until released
+	d := New(cfg, s, logr.Discard())
 	d.Start()
 	// Every worker is stuck in Send; enqueueing 10,000 objects still
 	// returns, dropping the oldest.
-	for i := 0; i < 10000; i++ {
+	for i := 0; i < 4; i++ {
+		d.Enqueue("m", watch(fmt.Sprint(i)))
+	}
+	eventually(t, "every worker in Send", func() bool { return inFlight(d.queue) == 4 })
+	for i := 4; i < 10000; i++ {
 		d.Enqueue("m", watch(fmt.Sprint(i)))
 	}
 	// 100 objects and the overflow resync wait for a worker.

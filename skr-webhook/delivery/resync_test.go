@@ -86,11 +86,13 @@ func newFakeEnv(t *testing.T, cfg Config, answer func(n int, ev contract.WatchEv
 	return e
 }
 
-// waitCalls waits until the sender has seen n calls and a worker waits on
-// the fake clock (or is idle).
+// waitCalls waits until the sender has seen n calls and no delivery is in
+// flight: the last attempt's outcome is counted and its retry, if any, is
+// due on the fake clock (a step taken while it is still in flight would
+// move the retry's due time past the step).
 func (e *fakeEnv) waitCalls(t *testing.T, n int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d calls", n), func() bool { return e.s.n() >= n })
+	eventually(t, fmt.Sprintf("%d calls", n), func() bool { return e.s.n() >= n && inFlight(e.d.queue) == 0 })
 	if got := e.s.n(); got != n {
 		t.Fatalf("%d calls, want %d", got, n)
 	}
