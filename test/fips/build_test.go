@@ -40,7 +40,7 @@ func TestEveryBuildNamesTheCertifiedModule(t *testing.T) {
 // binary as testenv builds it: the certified module, FIPS mode on by
 // default.
 func TestBinariesCarryTheCertifiedModule(t *testing.T) {
-	for _, name := range []string{"ext-authz", "skr-webhook", "vs-controller", "module-sync", "listener/example", "module-sync/example"} {
+	for _, name := range testenv.Binaries {
 		bin, err := testenv.BuildBinary(name)
 		if err != nil {
 			t.Fatal(err)

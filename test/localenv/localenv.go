@@ -175,7 +175,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}()
 
 	binaries := map[string]string{}
-	for _, b := range []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example", "module-sync", "module-sync/example"} {
+	for _, b := range testenv.Binaries {
 		path, err := testenv.BuildBinary(b)
 		if err != nil {
 			return s, err

@@ -11,6 +11,10 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 )
 
+// Binaries are the repository's main packages, in the folder names
+// BuildBinary takes: the four components and the two examples.
+var Binaries = []string{"ext-authz", "vs-controller", "skr-webhook", "listener/example", "module-sync", "module-sync/example"}
+
 var built sync.Map // name → *buildResult
 
 type buildResult struct {
