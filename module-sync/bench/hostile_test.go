@@ -67,7 +67,7 @@ func fleet(b *testing.B, hostile bool) time.Duration {
 	defer cancel()
 	names := []string{"kcp", "skr"}
 	if hostile {
-		names = append(names, "hostile")
+		names = append(names, "skr-hostile")
 	}
 	env, err := testenv.Start(names...)
 	if err != nil {
@@ -81,7 +81,7 @@ func fleet(b *testing.B, hostile bool) time.Duration {
 		}
 	}
 	if hostile {
-		if err := holdWrites(ctx, env.Cluster("hostile").Client); err != nil {
+		if err := holdWrites(ctx, env.Cluster("skr-hostile").Client); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func fleet(b *testing.B, hostile bool) time.Duration {
 		}
 	}
 	if hostile {
-		runtime("hostile", "hostile", hostileSRs)
+		runtime("skr-hostile", "skr-hostile", hostileSRs)
 	}
 	for i := range healthyRuntimes {
 		runtime(fmt.Sprintf("runtime-%03d", i), "skr", 1)
@@ -150,7 +150,7 @@ func fleet(b *testing.B, hostile bool) time.Duration {
 		}
 		ready := 0
 		for i := range list.Items {
-			if list.Items[i].Spec.Kyma != "hostile" && list.Items[i].Status.State == v1alpha1.StateReady {
+			if list.Items[i].Spec.Kyma != "skr-hostile" && list.Items[i].Status.State == v1alpha1.StateReady {
 				ready++
 			}
 		}
