@@ -243,7 +243,7 @@ func TestCheckSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range s.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["runtime_watcher.result"] != "deny" || attrs["runtime_watcher.reason"] != string(contract.ReasonSANMismatch) ||
 		attrs["runtime_watcher.runtime"] != "runtime-1" || attrs["runtime_watcher.mode"] != "dry-run" {

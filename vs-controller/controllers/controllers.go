@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	rec := &routing.Reconciler{
 		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
+		Recorder:                mgr.GetEventRecorder("vs-controller"),
 		GatewayNamespace:        o.GatewayNamespace,
 		MaxConcurrentReconciles: o.WatcherWorkers,
 	}
@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		KubeconfigRetry:         o.KubeconfigRetry,
-		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
+		Recorder:                mgr.GetEventRecorder("vs-controller"),
 		Clients:                 clients,
 		KymaNamespace:           o.KymaNamespace,
 		Issuer:                  o.Issuer,

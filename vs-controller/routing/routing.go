@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,7 +80,7 @@ var virtualServiceGVK = istionetworkingv1.SchemeGroupVersion.WithKind(virtualSer
 // Reconciler keeps the VirtualService of every Watcher.
 type Reconciler struct {
 	Client   client.Client
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// GatewayNamespace is where the Gateways selected by
 	// spec.gateway.selector are looked up.
 	GatewayNamespace string
@@ -326,7 +326,7 @@ func (r *Reconciler) setStatus(ctx context.Context, w *v1beta2.Watcher, state v1
 		if status != metav1.ConditionTrue {
 			typ = corev1.EventTypeWarning
 		}
-		r.Recorder.Event(w, typ, reason, msg)
+		r.Recorder.Eventf(w, nil, typ, reason, "Route", "%s", msg)
 	}
 	return nil
 }
@@ -365,7 +365,7 @@ func (r *Reconciler) deleteVirtualService(ctx context.Context, w *v1beta2.Watche
 	uid := vs.UID
 	if err := r.Client.Delete(ctx, vs, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 		if r.Recorder != nil {
-			r.Recorder.Event(w, corev1.EventTypeWarning, ReasonDeleteFailed, err.Error())
+			r.Recorder.Eventf(w, nil, corev1.EventTypeWarning, ReasonDeleteFailed, "Delete", "%s", err.Error())
 		}
 		return fmt.Errorf("delete VirtualService: %w", err)
 	}

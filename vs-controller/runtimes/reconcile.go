@@ -242,7 +242,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr cl
 
 func (r *Reconciler) event(kyma runtime.Object, typ, reason, msg string) {
 	if r.Recorder != nil {
-		r.Recorder.Event(kyma, typ, reason, skrclient.Bounded(msg))
+		r.Recorder.Eventf(kyma, nil, typ, reason, "Reconcile", "%s", skrclient.Bounded(msg))
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -81,7 +81,7 @@ type Keeper struct {
 	// CA rotation; 5 per second when nil.
 	Renewals *rate.Limiter
 	// Recorder reports renewals on the Kymas; none when nil.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 
 	// clientCA is what the client CA Secret was last written with (or
 	// found to hold).

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -73,7 +73,7 @@ func TestPoisonedStoreRefused(t *testing.T) {
 		}
 		return out, nil
 	}
-	rec := record.NewFakeRecorder(10)
+	rec := events.NewFakeRecorder(10)
 	newAnchor := func() *trust.Anchor {
 		return &trust.Anchor{Name: "poison-test", Client: c, Secret: secretKey, Store: storeKey, Log: logr.Discard(),
 			Recorder: rec, Seal: &trust.Seal{Client: c, Secret: sealKey}, InUse: allInUse}

@@ -36,7 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -68,7 +68,7 @@ type Anchor struct {
 	// Seal proves the store's CAs were seen in Secret; nil: nothing the
 	// store holds is admitted.
 	Seal     *Seal
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Log      logr.Logger
 	// InUse reports, for the bundle's CAs, which still sign a certificate in
 	// use; nil keeps every unexpired CA.
@@ -279,7 +279,7 @@ func (a *Anchor) remembered(ctx context.Context, cm *corev1.ConfigMap) ([]*x509.
 			"subject", skrclient.Bounded(c.Subject.String()), "fingerprint", Fingerprint(c), "problem", problem)
 		if a.Recorder != nil {
 			obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Store.Namespace, Name: a.Store.Name}}
-			a.Recorder.Eventf(obj, corev1.EventTypeWarning, ReasonRefusedStoreEntry, "certificate %q (serial %s) not admitted to the %s trust bundle: %s",
+			a.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRefusedStoreEntry, "AdmitCA", "certificate %q (serial %s) not admitted to the %s trust bundle: %s",
 				skrclient.Bounded(c.Subject.String()), skrclient.Bounded(Fingerprint(c)), a.Name, problem)
 		}
 	}
@@ -299,7 +299,7 @@ func (a *Anchor) reportBad(problem string) {
 	a.Log.Error(errors.New(problem), "CA Secret is unusable; the trust bundle is kept as it was", "anchor", a.Name, "secret", a.Secret.String())
 	if a.Recorder != nil {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.Secret.Namespace, Name: a.Secret.Name}}
-		a.Recorder.Event(s, corev1.EventTypeWarning, ReasonInvalidCA, msg)
+		a.Recorder.Eventf(s, nil, corev1.EventTypeWarning, ReasonInvalidCA, "AdmitCA", "%s", msg)
 	}
 }
 
