@@ -69,7 +69,9 @@ func startKymaListener(manager string) (*kymaListenerProcess, error) {
 	}
 }
 
-func (k *kymaListenerProcess) cpu() (time.Duration, error) { return loadgen.ProcessCPU(k.cmd.Process.Pid) }
+func (k *kymaListenerProcess) cpu() (time.Duration, error) {
+	return loadgen.ProcessCPU(k.cmd.Process.Pid)
+}
 
 func (k *kymaListenerProcess) stop() error {
 	_ = k.cmd.Process.Signal(syscall.SIGTERM)
