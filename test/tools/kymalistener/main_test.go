@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +69,19 @@ func TestKymaListenerLines(t *testing.T) {
 			"watched-gvk": {Type: "v1.GroupVersionKind", Value: json.RawMessage(`{"group":"operator.kyma-project.io","version":"v1beta2","kind":"Kyma"}`)},
 			"runtime-id":  {Type: "string", Value: json.RawMessage(`"` + runtimeID + `"`)},
 		}},
-		{"resync", `{"watched":{},"watchedGvk":{},"resync":"startup"}`, empty},
+		// As skr-webhook/delivery's TestSenderBodies has our sender write them.
+		{"startup resync", `{"watched":{},"watchedGvk":{},"resync":"startup"}`, empty},
+		{"overflow resync", `{"watched":{},"watchedGvk":{},"resync":"overflow"}`, empty},
+		{"expired resync", `{"watched":{},"watchedGvk":{},"resync":"expired"}`, empty},
 		{"heartbeat", `{"watched":{},"watchedGvk":{},"heartbeat":true}`, empty},
+		// The listener's fixtures: ours (as the contract writes them) and Kyma's own.
+		{"resync fixture", fixture(t, "delivery/resync-startup.json"), empty},
+		{"heartbeat fixture", fixture(t, "delivery/heartbeat.json"), empty},
+		{"Kyma's fixture", fixture(t, "kyma/listener-event-small.json"), map[string]Value{
+			"watched":     {Type: "types.NamespacedName", Value: json.RawMessage(`{"Namespace":"kcp-system","Name":"watched-resource"}`)},
+			"watched-gvk": {Type: "v1.GroupVersionKind", Value: json.RawMessage(`{"group":"operator.kyma-project.io","version":"v1alpha1","kind":"kyma"}`)},
+			"runtime-id":  {Type: "string", Value: json.RawMessage(`"` + runtimeID + `"`)},
+		}},
 	} {
 		codes := make(chan int, 1)
 		go func() { codes <- post(c.body) }()
@@ -91,6 +104,22 @@ func TestKymaListenerLines(t *testing.T) {
 			}
 		}
 	}
+
+	// Over 16 KiB: 413 before anything is decoded; nothing on the channel
+	// (the next line would be this body's).
+	if code := post(fixture(t, "kyma/listener-event-large.json")); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("Kyma's large fixture: %d, want 413", code)
+	}
+}
+
+// fixture is a file of the listener's testdata (listener/testdata/README.md).
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "listener", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func freeAddr(t *testing.T) string {
