@@ -151,7 +151,9 @@ func waitReady(t *testing.T, u string) {
 }
 
 // selfSigned is a PEM certificate with CommonName cn.
-func selfSigned(t *testing.T, cn string) []byte {
+func selfSigned(t *testing.T, cn string) []byte { return selfSignedB(t, cn) }
+
+func selfSignedB(t testing.TB, cn string) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
