@@ -84,7 +84,7 @@ func (k *kymaListenerProcess) stop() error {
 		return nil
 	case <-time.After(10 * time.Second):
 		_ = k.cmd.Process.Kill()
-		return fmt.Errorf("Kyma's listener did not stop on SIGTERM: %v", <-k.done)
+		return fmt.Errorf("the Kyma listener did not stop on SIGTERM: %v", <-k.done)
 	}
 }
 

@@ -301,7 +301,7 @@ func setupListener(serversBinary string) (*comparison, func(), error) {
 		if kind == kindKymaListener {
 			k, err := startKymaListener(benchManager)
 			if err != nil {
-				return nil, cleanup, fmt.Errorf("Kyma's listener: %w", err)
+				return nil, cleanup, fmt.Errorf("kyma-listener server: %w", err)
 			}
 			cleanups = append(cleanups, func() { _ = k.stop() })
 			addr, c.servers[i].cpu = k.addr, k.cpu
