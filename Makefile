@@ -62,6 +62,7 @@ test: envtest-assets verify ## Unit, integration and e2e tests against real API 
 	cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./...
 	cd test/tools/benchcompare && go test $(GO_TEST_FLAGS) ./...
 	cd test/tools/istio && go test $(GO_TEST_FLAGS) ./...
+	cd test/tools/kymalistener && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory fuzz-short
 
 ##@ Development
@@ -88,9 +89,10 @@ bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 m
 BENCH_COMPARE_N ?= 5
 
 .PHONY: bench-compare
-bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http, and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, under 10 minutes).
+bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http and Kyma's listener, and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, under 10 minutes).
 	@# Its own module (test/tools/benchcompare: OPA stays out of the product's go.mod);
-	@# the other servers run from test/loadgen/servers, built from the product's module.
+	@# the other servers run from test/loadgen/servers, built from the product's module,
+	@# and Kyma's listener from test/tools/kymalistener (its own module, too).
 	cd test/tools/benchcompare && go build -o $(BIN)/benchcompare .
 	$(BIN)/benchcompare -n $(BENCH_COMPARE_N) -out $(BIN)/bench-compare.md
 
@@ -134,14 +136,15 @@ GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go
 	test/tools/k8s-skr/go.mod test/tools/k8s-skr/go.sum \
 	test/tools/monitoring/go.mod test/tools/monitoring/go.sum \
 	test/tools/benchcompare/go.mod test/tools/benchcompare/go.sum \
-	test/tools/istio/go.mod test/tools/istio/go.sum
+	test/tools/istio/go.mod test/tools/istio/go.sum \
+	test/tools/kymalistener/go.mod test/tools/kymalistener/go.sum
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail (with the diff) when `make generate manifests` or `go mod tidy` would change a file.
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
 	  tar -cf - $(GENERATED) | tar -xf - -C "$$snap"; \
 	  $(MAKE) --no-print-directory generate manifests; \
-	  go mod tidy; for m in k8s k8s-skr monitoring benchcompare istio; do (cd test/tools/$$m && go mod tidy); done; \
+	  go mod tidy; for m in k8s k8s-skr monitoring benchcompare istio kymalistener; do (cd test/tools/$$m && go mod tidy); done; \
 	  changed=0; for f in $(GENERATED); do \
 	    if ! diff -ruN "$$snap/$$f" "$$f" > "$$snap/.diff"; then changed=1; sed "s#$$snap/##" "$$snap/.diff"; fi; \
 	  done; rm -f "$$snap/.diff"; \

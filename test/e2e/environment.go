@@ -8,6 +8,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -164,4 +165,45 @@ type IstioControls interface {
 	// SetExtAuthzUp stops ext-authz or starts it again (and waits until it
 	// is ready).
 	SetExtAuthzUp(ctx context.Context, up bool) error
+}
+
+// KymaListenerEnvironment is an Environment that can run an operator on
+// Kyma's own listener (github.com/kyma-project/runtime-watcher/listener
+// v1.4.3, test/tools/kymalistener) behind its edge; the local one can.
+type KymaListenerEnvironment interface {
+	// StartKymaOperator starts such an operator for manager's events as
+	// the in-cluster Service service (namespace Names().KymaNamespace,
+	// port KymaOperatorPort), for a Watcher's serviceInfo.
+	StartKymaOperator(ctx context.Context, manager, service string) (KymaOperator, error)
+	// SyncWebhookManagers makes the skr-webhook read the managers
+	// ConfigMap vs-controller renders now (as the kubelet updates a mounted
+	// ConfigMap) and returns its content; RestoreWebhookManagers undoes it.
+	SyncWebhookManagers(ctx context.Context) (string, error)
+	RestoreWebhookManagers() error
+}
+
+// KymaOperatorPort is the port of a KymaOperator's Service.
+const KymaOperatorPort = 8082
+
+// KymaOperator is a running operator on Kyma's listener.
+type KymaOperator interface {
+	// Events is every event it received on Kyma's channel, in order.
+	Events() <-chan KymaEvent
+	// Log is where Kyma's listener logs (for failure messages).
+	Log() string
+	Stop(ctx context.Context) error
+}
+
+// KymaEvent is one event as Kyma's listener handed it to the operator:
+// the unstructured object's content, each value with its Go type.
+type KymaEvent struct {
+	Time    time.Time
+	Content map[string]KymaEventItem
+}
+
+// KymaEventItem is one content value (as encoding/json writes it) and its
+// Go type, e.g. "types.NamespacedName".
+type KymaEventItem struct {
+	Type  string
+	Value json.RawMessage
 }

@@ -225,3 +225,36 @@ func (i localIstio) GatewayVersions() map[string]string { return i.sys.Gateway()
 func (i localIstio) SetExtAuthzUp(ctx context.Context, up bool) error {
 	return i.sys.SetExtAuthzUp(ctx, up)
 }
+
+// StartKymaOperator runs test/tools/kymalistener in the local environment
+// (localenv.System.StartKymaOperator).
+func (e *localEnvironment) StartKymaOperator(ctx context.Context, manager, service string) (KymaOperator, error) {
+	op, err := e.sys.StartKymaOperator(ctx, manager, service)
+	if err != nil {
+		return nil, err
+	}
+	k := &localKymaOperator{op: op, events: make(chan KymaEvent, 4096)}
+	go func() {
+		for ev := range op.Events {
+			items := make(map[string]KymaEventItem, len(ev.Content))
+			for key, v := range ev.Content {
+				items[key] = KymaEventItem{Type: v.Type, Value: v.Value}
+			}
+			k.events <- KymaEvent{Time: ev.Time, Content: items}
+		}
+	}()
+	return k, nil
+}
+func (e *localEnvironment) SyncWebhookManagers(ctx context.Context) (string, error) {
+	return e.sys.SyncWebhookManagers(ctx)
+}
+func (e *localEnvironment) RestoreWebhookManagers() error { return e.sys.RestoreWebhookManagers() }
+
+type localKymaOperator struct {
+	op     *localenv.KymaOperator
+	events chan KymaEvent
+}
+
+func (k *localKymaOperator) Events() <-chan KymaEvent       { return k.events }
+func (k *localKymaOperator) Log() string                    { return k.op.Log() }
+func (k *localKymaOperator) Stop(ctx context.Context) error { return k.op.Stop(ctx) }

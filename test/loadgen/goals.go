@@ -61,7 +61,11 @@ var (
 	ExtAuthzCPUOpen   = Goal{What: "ext-authz CPU per Check / the always-allow ceiling's, open loop at half the ceiling's saturated rate", Bound: 1.03, Unit: "×", Issue: 26}
 	ExtAuthzCPUvsOPA  = Goal{What: "ext-authz CPU per Check / OPA's, closed loop", Bound: 0.10, Unit: "×", Issue: 26}
 	ExtAuthzAddedP50  = Goal{What: "median latency ext-authz adds over the ceiling, open loop at half the ceiling's saturated rate", Bound: 30, Unit: "µs", Issue: 26}
-	ListenerCPUOpen   = Goal{What: "listener CPU per event / bare net/http's, open loop at half the ceiling's saturated rate", Bound: 1.05, Unit: "×", Issue: 26}
+	// ListenerCPUOpen was 1.05× (issue 26); issue 31 set 1.08×: the
+	// measured price of §3.6's event object (docs/performance.md), ≤ 1.05×
+	// is below the noise once the object is built.
+	ListenerCPUOpen   = Goal{What: "listener CPU per event / bare net/http's, open loop at half the ceiling's saturated rate", Bound: 1.08, Unit: "×", Issue: 31}
+	ListenerCPUvsKyma = Goal{What: "listener CPU per event / Kyma's listener's (github.com/kyma-project/runtime-watcher/listener, test/tools/kymalistener), open loop at half the ceiling's saturated rate", Bound: 0.8, Unit: "×", Issue: 31}
 )
 
 // WebhookAdmissionP99 bounds skr-webhook's admission latency with the KCP

@@ -27,6 +27,9 @@ type buildResult struct {
 // "ext-authz", "listener/example") into bin/<name with "/" as "-"> (so that
 // listener/example and module-sync/example do not collide) and returns its
 // path.
+// A folder with a go.mod of its own (a test/tools module, e.g.
+// "test/tools/kymalistener") is built as its module's main package, in
+// that module.
 // It is built with GOFIPS140=fipsmode.Module, as the Makefile and the
 // Dockerfile build it: what the tests run is what ships.
 // Each binary is built once per test process; Go's build cache makes repeated
@@ -49,6 +52,10 @@ func BuildBinary(name string) (string, error) {
 		_ = tmp.Close()
 		cmd := exec.Command("go", "build", "-o", tmp.Name(), "./"+name)
 		cmd.Dir = root
+		if _, err := os.Stat(filepath.Join(root, name, "go.mod")); err == nil {
+			cmd = exec.Command("go", "build", "-o", tmp.Name(), ".")
+			cmd.Dir = filepath.Join(root, name)
+		}
 		cmd.Env = append(os.Environ(), "GOFIPS140="+fipsmode.Module)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			_ = os.Remove(tmp.Name())

@@ -10,7 +10,10 @@
 //     opa-envoy-plugin does), Checks over two HTTP/2 connections each (as
 //     Envoy keeps them);
 //   - events over HTTP: bare net/http (the ceiling reads the body and the
-//     same XFCC and runtime-id headers), its twin, and the listener;
+//     same XFCC and runtime-id headers), its twin, the listener and Kyma's
+//     own listener (github.com/kyma-project/runtime-watcher/listener, the
+//     operator of test/tools/kymalistener: it takes the runtime ID from the
+//     certificate in XFCC, as Lifecycle Manager runs it);
 //   - the skr-webhook's admission latency with the KCP healthy, refusing and
 //     blackholed (skr-webhook's BenchmarkAdmissionLatency).
 //
@@ -262,7 +265,7 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 	return c, cleanup, nil
 }
 
-// --- listener vs bare net/http (and its twin) ---
+// --- listener vs bare net/http (and its twin) vs Kyma's listener ---
 
 func setupListener(serversBinary string) (*comparison, func(), error) {
 	var cleanups []func()
@@ -290,16 +293,27 @@ func setupListener(serversBinary string) (*comparison, func(), error) {
 		{name: "bare net/http (ceiling)", role: roleCeiling},
 		{name: "bare net/http (twin)", role: roleTwin},
 		{name: "listener"},
+		{name: "Kyma's listener " + kymaListenerVersion(), role: rolePeer},
 	}
 	posters := map[string][]*loadgen.Poster{}
-	for i, kind := range []string{loadgen.KindBareHTTP, loadgen.KindBareHTTP, loadgen.KindListener} {
-		child, err := loadgen.StartServer(serversBinary, kind, benchManager)
-		if err != nil {
-			return nil, cleanup, fmt.Errorf("%s server: %w", kind, err)
+	for i, kind := range []string{loadgen.KindBareHTTP, loadgen.KindBareHTTP, loadgen.KindListener, kindKymaListener} {
+		var addr string
+		if kind == kindKymaListener {
+			k, err := startKymaListener(benchManager)
+			if err != nil {
+				return nil, cleanup, fmt.Errorf("kyma-listener server: %w", err)
+			}
+			cleanups = append(cleanups, func() { _ = k.stop() })
+			addr, c.servers[i].cpu = k.addr, k.cpu
+		} else {
+			child, err := loadgen.StartServer(serversBinary, kind, benchManager)
+			if err != nil {
+				return nil, cleanup, fmt.Errorf("%s server: %w", kind, err)
+			}
+			cleanups = append(cleanups, func() { _ = child.Stop() })
+			addr, c.servers[i].cpu = child.Addr, child.CPU
 		}
-		cleanups = append(cleanups, func() { _ = child.Stop() })
-		c.servers[i].cpu = child.CPU
-		url := "http://" + child.Addr + contract.EventPath(benchManager)
+		url := "http://" + addr + contract.EventPath(benchManager)
 		for _, conc := range c.conns {
 			posters[closedLoad(conc)] = append(posters[closedLoad(conc)], loadgen.NewPoster(url, hdr, []byte(loadgen.WatchEvent), conc))
 		}

@@ -89,6 +89,8 @@ func goals(r *row) []measured {
 		return []measured{{loadgen.ExtAuthzCPUvsOPA, med(r.subjectRatio)}}
 	case r.server == "listener" && r.load == openLoad:
 		return []measured{{loadgen.ListenerCPUOpen, med(r.cpuRatio)}}
+	case r.group == groupListener && r.role == rolePeer && r.load == openLoad:
+		return []measured{{loadgen.ListenerCPUvsKyma, med(r.subjectRatio)}}
 	case r.server == "skr-webhook":
 		return []measured{{loadgen.WebhookAdmissionP99, med(r.p99) / 1000}}
 	}
@@ -155,6 +157,8 @@ func describe(r *row, m measured) string {
 	switch m.goal {
 	case loadgen.ExtAuthzCPUvsOPA:
 		return fmt.Sprintf("ext-authz's CPU / this: %.3f×, %s", m.value, m.goal)
+	case loadgen.ListenerCPUvsKyma:
+		return fmt.Sprintf("the listener's CPU / this: %.2f×, %s", m.value, m.goal)
 	case loadgen.ExtAuthzAddedP50:
 		return fmt.Sprintf("p50 added %s", m.goal)
 	case loadgen.WebhookAdmissionP99:
@@ -175,7 +179,7 @@ func (t *table) twin(r *row) *row {
 
 // goalList describes every goal of the table.
 func goalList(b *strings.Builder) {
-	for _, g := range []loadgen.Goal{loadgen.ExtAuthzCPUClosed, loadgen.ExtAuthzCPUOpen, loadgen.ExtAuthzCPUvsOPA, loadgen.ExtAuthzAddedP50, loadgen.ListenerCPUOpen, loadgen.WebhookAdmissionP99} {
+	for _, g := range []loadgen.Goal{loadgen.ExtAuthzCPUClosed, loadgen.ExtAuthzCPUOpen, loadgen.ExtAuthzCPUvsOPA, loadgen.ExtAuthzAddedP50, loadgen.ListenerCPUOpen, loadgen.ListenerCPUvsKyma, loadgen.WebhookAdmissionP99} {
 		fmt.Fprintf(b, "- %s %s (issue %d)\n", g.What, g, g.Issue)
 	}
 }

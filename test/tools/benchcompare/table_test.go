@@ -54,3 +54,32 @@ func TestTableRatiosTwinAndGoals(t *testing.T) {
 		}
 	}
 }
+
+// Kyma's listener is the listener's peer: the listener's CPU over its, in
+// the open loop, judged against ≤ 0.8×; beside the ceiling goal.
+func TestTableKymaListenerPeer(t *testing.T) {
+	c := &comparison{group: groupListener, servers: []server{
+		{name: "ceiling", role: roleCeiling}, {name: "twin", role: roleTwin}, {name: "listener"}, {name: "Kyma's listener v1.4.3", role: rolePeer},
+	}}
+	tb := &table{}
+	tb.add(c, openLoad, 10000, []loadgen.Sample{
+		sample(100, 100*time.Microsecond, 40*time.Microsecond),
+		sample(100, 100*time.Microsecond, 40*time.Microsecond),
+		sample(100, 110*time.Microsecond, 42*time.Microsecond), // 1.05× the ceiling
+		sample(100, 300*time.Microsecond, 84*time.Microsecond), // the listener at 0.50× of it
+	})
+	var b strings.Builder
+	met, all := tb.render(&b)
+	out := b.String()
+	if met != 2 || all != 2 {
+		t.Fatalf("%d of %d goals met, want 2 of 2:\n%s", met, all, out)
+	}
+	for _, want := range []string{
+		"| listener | 42.0 | 1.05× | 1.00× | 110 | +10 | 110 | 100 | CPU ≤ 1.08× | yes |",
+		"| Kyma's listener v1.4.3 | 84.0 | 2.10× | 1.00× | 300 | +200 | 300 | 100 | the listener's CPU / this: 0.50×, ≤ 0.80× | yes |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
