@@ -18,7 +18,9 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 ROOT        := $(CURDIR)
 BIN         := $(ROOT)/bin
 K8S_ASSETS  := $(BIN)/k8s/$(K8S_VERSION)
-SKR_K8S_ASSETS := $(BIN)/k8s/$(SKR_K8S_VERSION)
+# The SKR's API server alone, apart from the KCP's complete envtest asset set
+# in bin/k8s/<version>/ (what KUBEBUILDER_ASSETS names).
+SKR_K8S_ASSETS := $(BIN)/k8s-skr/$(SKR_K8S_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # istiod (pilot-discovery) from the istio.io/istio version test/tools/istio/go.mod
@@ -166,7 +168,7 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-ma
 	chmod 644 manifests/crds/third_party/*.yaml
 
 .PHONY: envtest-assets
-envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl $(SKR_K8S_ASSETS)/kube-apiserver istio-assets ## Build the KCP's kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/, the SKR's kube-apiserver into bin/k8s/<SKR version>/ and istiod into bin/istio/<version>/ from source (once).
+envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl $(SKR_K8S_ASSETS)/kube-apiserver istio-assets ## Build the KCP's kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/, the SKR's kube-apiserver into bin/k8s-skr/<SKR version>/ and istiod into bin/istio/<version>/ from source (once).
 
 .PHONY: istio-assets
 istio-assets: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod (pilot-discovery) from source into bin/istio/<version>/ (once).
@@ -179,12 +181,9 @@ $(K8S_ASSETS)/kube-apiserver:
 
 # The SKR's API server, from test/tools/k8s-skr (its go.mod pins the older
 # k8s.io/kubernetes). Only the API server: the SKR's etcd is the KCP's.
-# (When both versions are the same, this is the rule above's file.)
-ifneq ($(SKR_K8S_VERSION),$(K8S_VERSION))
 $(SKR_K8S_ASSETS)/kube-apiserver:
 	@echo "Building the SKR's kube-apiserver v$(SKR_K8S_VERSION) from source (several minutes the first time)..."
 	cd test/tools/k8s-skr && go build -ldflags "$(call K8S_LDFLAGS,$(SKR_K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
-endif
 
 # The local environment runs its garbage collector and namespace controller
 # (cert-manager's CertificateRequests and Secrets are owned by Certificates).

@@ -95,12 +95,13 @@ func AssetsDir() (string, error) {
 }
 
 // SKRAssetsDir is where the SKR's kube-apiserver is:
-// $SKR_KUBEBUILDER_ASSETS when set, else bin/k8s/<SKRKubernetesVersion> in
-// the repository. (The SKR's etcd is the KCP's, from AssetsDir.)
+// $SKR_KUBEBUILDER_ASSETS when set, else bin/k8s-skr/<SKRKubernetesVersion>
+// in the repository (apart from the KCP's complete asset set in bin/k8s/).
+// The SKR's etcd is the KCP's, from AssetsDir.
 func SKRAssetsDir() (string, error) {
 	dir := os.Getenv("SKR_KUBEBUILDER_ASSETS")
 	if dir == "" {
-		dir = filepath.Join(RepoRoot(), "bin", "k8s", SKRKubernetesVersion)
+		dir = filepath.Join(RepoRoot(), "bin", "k8s-skr", SKRKubernetesVersion)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
 		return "", fmt.Errorf("the SKR's kube-apiserver (v%s) not found in %s: run `make envtest-assets` to build it from source", SKRKubernetesVersion, dir)
