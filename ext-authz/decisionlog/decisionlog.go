@@ -21,6 +21,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
 
 // Defaults of the flags.
@@ -137,20 +139,23 @@ func (l *Log) Write(e *Entry) {
 		kv = append(kv, "reason", e.Reason)
 	}
 	if e.Runtime != "" {
-		kv = append(kv, "runtime", e.Runtime)
+		kv = append(kv, "runtime", contract.Bounded(e.Runtime))
 	}
 	if e.Fingerprint != ([32]byte{}) {
 		kv = append(kv, "certSHA256", hex.EncodeToString(e.Fingerprint[:]))
 	}
-	kv = append(kv, "path", e.Path, "durationSeconds", e.Duration.Seconds())
+	// Every field a client chose (the path, up to the gateway's header
+	// limit; the request ID; the certificate's CN) is cut to
+	// contract.MaxText with a marker.
+	kv = append(kv, "path", contract.Bounded(e.Path), "durationSeconds", e.Duration.Seconds())
 	if e.RequestID != "" {
-		kv = append(kv, "requestID", e.RequestID)
+		kv = append(kv, "requestID", contract.Bounded(e.RequestID))
 	}
 	if e.TraceID != "" {
-		kv = append(kv, "traceID", e.TraceID)
+		kv = append(kv, "traceID", contract.Bounded(e.TraceID))
 	}
 	if e.Message != "" {
-		kv = append(kv, "message", e.Message)
+		kv = append(kv, "message", contract.Bounded(e.Message))
 	}
 	if e.Err != nil {
 		l.log.Error(e.Err, "Check decision", kv...)
