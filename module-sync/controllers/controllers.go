@@ -123,6 +123,11 @@ type Options struct {
 	// PassTimeout bounds one pass over a runtime (mirror or apply): a
 	// runtime that answers slowly cannot hold a worker longer.
 	PassTimeout time.Duration
+	// PlatformWriters are KCP users whose SyncResources are applied under
+	// the grant of their spec.module although no grant names them in
+	// spec.managers (the platform's own tools). Everybody else's are
+	// applied only while the grant names the writer.
+	PlatformWriters []string
 	// SkipNameValidation lets a process build more than one manager (tests,
 	// benchmarks).
 	SkipNameValidation bool
@@ -288,7 +293,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	sr := &syncresources.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.DriftInterval,
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Workers: o.Workers,
-		Turns: turns, PassTimeout: o.PassTimeout,
+		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -54,8 +54,9 @@ func (r *Renderer) Forget(runtimeKey string) {
 	}
 }
 
-// Ensure writes, with the runtime's own (admin) client, the RBAC of
-// grant's module user: a ClusterRole with the granted namespaced kinds,
+// Ensure writes, with the runtime's own (admin) client, the workload
+// policy (WorkloadPolicy) and the grant's entry in its parameters, and the
+// RBAC of grant's module user: a ClusterRole with the granted namespaced kinds,
 // bound by a RoleBinding in each granted namespace that exists; a
 // ClusterRole with the granted cluster-scoped kinds and its
 // ClusterRoleBinding; and it deletes the module's RoleBindings in
@@ -70,6 +71,9 @@ func (r *Renderer) Ensure(ctx context.Context, admin client.Client, runtimeKey s
 	r.mu.Unlock()
 	if same {
 		return nil
+	}
+	if err := ensureWorkloads(ctx, admin, g); err != nil {
+		return err
 	}
 	objs, complete, err := render(ctx, admin, g)
 	if err != nil {
