@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -264,6 +266,71 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Expect(kcp.Client.Delete(ctx, thief)).To(Succeed())
 		Expect(kcp.Client.Delete(ctx, other)).To(Succeed())
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+	})
+
+	// Issue 33: the loser of a route conflict writes its own status
+	// (watchers/status) to claim the route; whether it holds one comes from
+	// vs-controller's VirtualServices alone, and routing puts its condition
+	// back.
+	It("gives a Watcher that lost its route no webhook even when it forges its status, and puts the status back", Label("adversary"), func(ctx SpecContext) {
+		suffix := rand.String(5)
+		sel := map[string]string{"gateway-set": "forged-" + suffix}
+		Expect(kcp.Client.Create(ctx, newGateway("forged-"+suffix, sel, "forged.example.com"))).To(Succeed())
+		manager := "forged-operator-" + suffix
+		owner := newWatcher(watcherNS, "forged-owner", manager, sel)
+		Expect(kcp.Client.Create(ctx, owner)).To(Succeed())
+		ownerHook := watcherNS + ".forged-owner.operator.kyma-project.io"
+		Eventually(webhookNames(ctx)).Should(ContainElement(ownerHook))
+
+		thiefNS := newNamespace(ctx, "team-f")
+		thief := newWatcher(thiefNS, "forger", manager, sel)
+		thiefHook := thiefNS + ".forger.operator.kyma-project.io"
+		Eventually(func() bool { return time.Now().Truncate(time.Second).After(owner.CreationTimestamp.Time) }).
+			WithTimeout(3 * time.Second).Should(BeTrue())
+		Expect(kcp.Client.Create(ctx, thief)).To(Succeed())
+		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(
+			HaveField("Reason", routing.ReasonRouteConflict))))
+
+		By("forging VirtualServiceReady=True for the current generation, again and again")
+		forge := func(ctx context.Context) error {
+			w := &v1beta2.Watcher{}
+			if err := kcp.Client.Get(ctx, client.ObjectKeyFromObject(thief), w); err != nil {
+				return err
+			}
+			base := w.DeepCopy()
+			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue,
+				Reason: routing.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
+			w.Status.State = v1beta2.StateReady
+			return kcp.Client.Status().Patch(ctx, w, client.MergeFrom(base))
+		}
+		Expect(forge(ctx)).To(Succeed())
+		forging, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for forging.Err() == nil {
+				_ = forge(forging) // routing puts it back; the forger insists
+			}
+		}()
+		// Runtime passes while the forgery stands (other Watchers'
+		// changes) must not give the forger a webhook.
+		for i := range 3 {
+			later := newWatcher(watcherNS, fmt.Sprintf("after-forgery-%d", i), fmt.Sprintf("after-forgery-%d-%s", i, suffix), map[string]string{"x": "y"})
+			Expect(kcp.Client.Create(ctx, later)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(kcp.Client.Delete(ctx, later))).To(Succeed()) })
+			Eventually(webhookNames(ctx)).Should(ContainElement(later.WebhookName()))
+			Expect(webhookNames(ctx)()).To(And(ContainElement(ownerHook), Not(ContainElement(thiefHook))))
+		}
+		Consistently(webhookNames(ctx)).WithTimeout(2 * time.Second).Should(Not(ContainElement(thiefHook)))
+		stop()
+		<-done
+		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(And(
+			HaveField("Type", routing.ConditionVirtualService), HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", routing.ReasonRouteConflict)))))
+
+		for _, w := range []*v1beta2.Watcher{thief, owner} {
+			Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
+		}
 	})
 
 	It("re-applies a rotated certificate", func(ctx SpecContext) {
