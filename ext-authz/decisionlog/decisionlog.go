@@ -60,10 +60,14 @@ type Entry struct {
 	Fingerprint [32]byte
 	Path        string
 	RequestID   string
-	TraceID     string // from the request's traceparent, when present
-	Message     string // why it was refused
-	Duration    time.Duration
-	Err         error // a failed lookup
+	TraceID     string // ext-authz's own trace of the Check (with tracing)
+	// SenderTraceID is the trace ID of the request's traceparent, when
+	// present: the sender's trace, which the Check links to; never the
+	// Check's own.
+	SenderTraceID string
+	Message       string // why it was refused
+	Duration      time.Duration
+	Err           error // a failed lookup
 }
 
 // Log writes decision lines. A nil *Log logs nothing.
@@ -153,6 +157,9 @@ func (l *Log) Write(e *Entry) {
 	}
 	if e.TraceID != "" {
 		kv = append(kv, "traceID", contract.Bounded(e.TraceID))
+	}
+	if e.SenderTraceID != "" {
+		kv = append(kv, "senderTraceID", contract.Bounded(e.SenderTraceID))
 	}
 	if e.Message != "" {
 		kv = append(kv, "message", contract.Bounded(e.Message))
