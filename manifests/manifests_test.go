@@ -374,6 +374,11 @@ var _ = Describe("the API server", Ordered, func() {
 			Entry("vs-controller: AuthorizationPolicies", "vs-controller", access{"istio-system", "update", "security.istio.io", "authorizationpolicies", ""}),
 			Entry("example operator: Secrets", "example-operator", access{"kcp-system", "get", "", "secrets", ""}),
 			Entry("example operator: changing Kymas", "example-operator", access{"kcp-system", "patch", kyma, "kymas", ""}),
+			// Issue 33: module-sync's RBAC read every Secret in kcp-system;
+			// now only the kubeconfig Secrets vs-controller names for it.
+			Entry("module-sync: Secrets by name", "module-sync", access{"kcp-system", "get", "", "secrets", ""}),
+			Entry("module-sync: listing Secrets", "module-sync", access{"kcp-system", "list", "", "secrets", ""}),
+			Entry("module-sync: watching Secrets", "module-sync", access{"kcp-system", "watch", "", "secrets", ""}),
 		)
 
 		// Issue 33: a Watcher author who may write watchers/status could

@@ -14,8 +14,10 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
@@ -331,6 +334,43 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		for _, w := range []*v1beta2.Watcher{thief, owner} {
 			Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
 		}
+	})
+
+	// Issue 33: module-sync's RBAC read every Secret in kcp-system. Now
+	// vs-controller keeps the Role module-sync-kubeconfigs to get on
+	// exactly the Kymas' kubeconfig Secrets, and module-sync (bound to it as
+	// manifests/kcp/base/module-sync-rbac.yaml binds it) reads nothing else.
+	It("lets module-sync read only the runtimes' kubeconfig Secrets (Role module-sync-kubeconfigs)", Label("adversary"), func(ctx SpecContext) {
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: kubeconfigs.RoleName, Namespace: kymaNS},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: kubeconfigs.RoleName},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "module-sync", Namespace: kymaNS}}}
+		Expect(client.IgnoreAlreadyExists(kcp.Client.Create(ctx, binding))).To(Succeed())
+		can := func(verb, name string) bool {
+			GinkgoHelper()
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "system:serviceaccount:" + kymaNS + ":module-sync", Groups: []string{"system:serviceaccounts", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: kymaNS, Verb: verb, Resource: "secrets", Name: name}}}
+			Expect(kcp.Client.Create(ctx, sar)).To(Succeed())
+			return sar.Status.Allowed
+		}
+		Eventually(func() bool { return can("get", skrclient.SecretName(runtimeID)) }).Should(BeTrue())
+		Expect(can("get", issuerName)).To(BeFalse(), "another Secret of kcp-system")
+		Expect(can("get", runtimeID+"-webhook-tls")).To(BeFalse(), "the runtime certificate's Secret")
+		Expect(can("list", "")).To(BeFalse())
+		Expect(can("watch", "")).To(BeFalse())
+
+		By("a new Kyma's kubeconfig becomes readable, a removed one's not; an edit of the Role is repaired")
+		other := newKyma("kyma-kubeconfig-rbac", "runtime-kubeconfig-rbac", "")
+		Expect(kcp.Client.Create(ctx, other)).To(Succeed())
+		Eventually(func() bool { return can("get", skrclient.SecretName("runtime-kubeconfig-rbac")) }).Should(BeTrue())
+		role := &rbacv1.Role{}
+		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: kubeconfigs.RoleName}, role)).To(Succeed())
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list"}})
+		Expect(kcp.Client.Update(ctx, role)).To(Succeed())
+		Eventually(func() bool { return can("list", "") }).Should(BeFalse())
+		Expect(kcp.Client.Delete(ctx, other)).To(Succeed())
+		Eventually(func() bool { return can("get", skrclient.SecretName("runtime-kubeconfig-rbac")) }).Should(BeFalse())
+		Expect(can("get", skrclient.SecretName(runtimeID))).To(BeTrue())
 	})
 
 	It("re-applies a rotated certificate", func(ctx SpecContext) {
