@@ -145,27 +145,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	} else if werr := r.writerAllowed(grant, sr); werr != nil {
 		metrics.SyncReconciles.WithLabelValues("writer-refused").Inc()
-		items := make([]v1alpha1.ItemStatus, 0, len(sr.Spec.Items)+len(sr.Status.Items))
-		inSpec := map[string]bool{}
-		for _, it := range sr.Spec.Items {
-			inSpec[it.Name] = true
-			items = append(items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemRefused, Message: werr.Error()})
-		}
-		for _, it := range sr.Status.Items {
-			if !inSpec[it.Name] && it.Object != nil {
-				items = append(items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemRefused, Object: it.Object,
-					Message: "removed from the spec; not deleted: " + werr.Error()})
-			}
-		}
 		// The inventory is kept: a grant that names the writer again, or
 		// the SyncResource's deletion, still finds what it created.
-		for i := range items {
-			if i < len(sr.Spec.Items) {
-				for _, old := range sr.Status.Items {
-					if old.Name == items[i].Name {
-						items[i].Object = old.Object
-					}
-				}
+		prev := map[string]*v1alpha1.ObjectReference{}
+		for _, it := range sr.Status.Items {
+			prev[it.Name] = it.Object
+		}
+		items := make([]v1alpha1.ItemStatus, 0, len(sr.Spec.Items)+len(sr.Status.Items))
+		for _, it := range sr.Spec.Items {
+			items = append(items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemRefused, Object: prev[it.Name], Message: skrclient.Bounded(werr.Error())})
+			delete(prev, it.Name)
+		}
+		for _, it := range sr.Status.Items {
+			if _, removed := prev[it.Name]; removed && it.Object != nil {
+				items = append(items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemRefused, Object: it.Object,
+					Message: skrclient.Bounded("removed from the spec; not deleted: " + werr.Error())})
 			}
 		}
 		if err := r.writeStatus(ctx, sr, items, v1alpha1.StateWarning, metav1.Condition{
