@@ -23,8 +23,8 @@ type config struct {
 
 	// Flag values that parseConfig turns into o.
 	moduleResources, selector, platformWriters string
-	serviceName               string
-	servicePort               int64
+	serviceName                                string
+	servicePort                                int64
 }
 
 // parseConfig reads and validates the flags (args without the program

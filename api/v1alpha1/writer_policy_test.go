@@ -70,7 +70,7 @@ func TestSyncResourceWrittenBy(t *testing.T) {
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"syncresources"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}))
 	must(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "module-managers", Namespace: ns},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "module-managers"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "module-managers"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: orphan}, {Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: other}}}))
 	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "syncresource-writer-policy.yaml"))
 	must(err)

@@ -37,6 +37,11 @@ const (
 	holdFor         = 10 * time.Second // the hostile webhook holds every write this long
 )
 
+// benchWriter is the module manager the grant names and every
+// SyncResource records as its writer (no writer policy runs here: the
+// annotation is set as the policy would require).
+const benchWriter = "system:serviceaccount:kcp-system:bench-manager"
+
 // BenchmarkHostileRuntime: 100 healthy runtimes, each with a SyncResource
 // of 5 ConfigMaps, converge (every SyncResource Ready) in s-healthy-alone;
 // with one more runtime whose admission webhook holds every write for 10 s
@@ -45,11 +50,6 @@ const (
 // Both runs use real API servers: the KCP, one SKR all healthy runtimes
 // share (each with its own client), and the hostile runtime's own SKR that
 // really calls the holding webhook.
-// benchWriter is the module manager the grant names and every
-// SyncResource records as its writer (no writer policy runs here: the
-// annotation is set as the policy would require).
-const benchWriter = "system:serviceaccount:kcp-system:bench-manager"
-
 //
 // The same run also measures the hostile fleet with pacing.Turns off
 // (s-healthy-with-hostile-no-turns, ratio-no-turns): that it is Turns

@@ -350,4 +350,3 @@ func newListener(mgr manager.Manager, o Options) (*listener.Listener, error) {
 	}
 	return listener.New(o.ListenAddr, o.Manager, lopts...)
 }
-

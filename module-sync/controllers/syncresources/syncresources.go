@@ -65,7 +65,7 @@ type Reconciler struct {
 	// PlatformWriters are applied under their module's grant without
 	// being named in it (Options.PlatformWriters).
 	PlatformWriters []string
-	now         func() metav1.Time
+	now             func() metav1.Time
 }
 
 // SetupWithManager registers the controller and the index of SyncResources
