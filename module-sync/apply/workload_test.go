@@ -3,6 +3,7 @@ package apply_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -153,13 +154,18 @@ func TestWorkloadsStayInsideTheirGrant(t *testing.T) {
 		seq++
 		return c.Create(bgCtx, workload(t, k, ns, fmt.Sprintf("wl-%d", seq), podSpec))
 	}
-	// The API server takes up a new policy asynchronously: wait for the
-	// first refusal; every later answer must hold.
-	if err := wait.PollUntilContextTimeout(bgCtx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		err := create(mod, 0, bundleMount)
-		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
+	// The API server takes up a new policy asynchronously: module-sync
+	// writes nothing as a module's user until its probe shows the policy
+	// in effect (PolicyActive); every answer after must hold.
+	probe := asModule(t, "probe.")
+	if err := wait.PollUntilContextTimeout(bgCtx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := r.PolicyActive(ctx, probe, "skr")
+		if err != nil && !errors.Is(err, grants.ErrWorkloadPolicyInactive) {
+			return false, err
+		}
+		return err == nil, nil
 	}); err != nil {
-		t.Fatal("the workload policy never refused a Pod mounting the bundle's Secret")
+		t.Fatalf("the workload policy never came into effect: %v", err)
 	}
 
 	refused := []struct{ name, spec, want string }{

@@ -40,6 +40,9 @@ func clusterRole(module string) string    { return User(module) + ":cluster" }
 type Renderer struct {
 	mu   sync.Mutex
 	last map[string][sha256.Size]byte
+	// active: runtime key -> its API server enforces the workload policy
+	// (PolicyActive).
+	active map[string]bool
 }
 
 // Forget drops what the renderer remembers of runtimeKey (the runtime's
@@ -47,6 +50,7 @@ type Renderer struct {
 func (r *Renderer) Forget(runtimeKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.active, runtimeKey)
 	for k := range r.last {
 		if len(k) > len(runtimeKey) && k[:len(runtimeKey)+1] == runtimeKey+"\x00" {
 			delete(r.last, k)

@@ -180,6 +180,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			reason = "KymaNotFound"
 		} else if errors.Is(err, runtimeclient.ErrNoKubeconfig) {
 			reason = "NoKubeconfig"
+		} else if errors.Is(err, grants.ErrWorkloadPolicyInactive) {
+			reason = "WorkloadPolicyNotActive"
 		}
 		metrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
@@ -256,6 +258,16 @@ func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr 
 	grant.ServiceAccounts = apply.ServiceAccounts(ofRuntime)
 	if err := r.RBAC.Ensure(ctx, admin, r.Runtimes.Key(runtimeID), grant); err != nil {
 		rbacErr = fmt.Errorf("the RBAC of module %s in the runtime: %w", grant.Module, err)
+	}
+	// Nothing is written as a module's user before the runtime's own API
+	// server enforces the workload policy (just installed, its admission
+	// takes it up within moments).
+	probe, err := r.Runtimes.ForUser(ctx, runtimeID, grants.ProbeUser)
+	if err == nil {
+		err = r.RBAC.PolicyActive(ctx, probe, r.Runtimes.Key(runtimeID))
+	}
+	if err != nil {
+		return nil, grant, false, nil, errors.Join(err, rbacErr)
 	}
 	skr, err = r.Runtimes.ForUser(ctx, runtimeID, grants.User(sr.Spec.Module))
 	return skr, grant, false, rbacErr, err
