@@ -27,6 +27,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -123,6 +124,7 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	a.mu.RLock()
 	cas, current, loaded := append([]*x509.Certificate(nil), a.cas...), a.current, a.loaded
 	a.mu.RUnlock()
+	prev := append([]*x509.Certificate(nil), cas...) // what was held (and sealed) before this pass
 	if !loaded {
 		cm := &corev1.ConfigMap{}
 		err := a.Client.Get(ctx, a.Store, cm)
@@ -134,6 +136,7 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		cas = append(cas, remembered...)
+		prev = append(prev, remembered...)
 	}
 
 	secret := &corev1.Secret{}
@@ -184,6 +187,14 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	a.mu.RLock()
 	changed := !bytes.Equal(out, a.pem)
 	a.mu.RUnlock()
+	if a.Seal != nil && len(cas) > 0 && retired(prev, cas) {
+		// A CA left the bundle: seals signed before (a saved copy of the
+		// store) must not bring it back.
+		if err := a.Seal.Advance(ctx, a.Name); err != nil {
+			return false, err
+		}
+		a.Log.Info("a CA left the trust bundle: the store's seals move to a new epoch", "anchor", a.Name)
+	}
 	if len(cas) > 0 {
 		// Every pass: the store is also ext-authz's CA file; whatever
 		// else somebody wrote there is overwritten.
@@ -218,6 +229,16 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 		a.Log.Info("trust bundle changed", "anchor", a.Name, "cas", len(cas))
 	}
 	return changed && len(cas) > 0, nil
+}
+
+// retired says whether a CA of prev is not in cas.
+func retired(prev, cas []*x509.Certificate) bool {
+	for _, p := range prev {
+		if !slices.ContainsFunc(cas, p.Equal) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeStore makes the store hold cas (whose PEM is data) and their seals;
