@@ -85,7 +85,7 @@ func (r *Renderer) Ensure(ctx context.Context, admin client.Client, runtimeKey s
 	}
 	keep := map[string]bool{}
 	for _, o := range objs {
-		if err := admin.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		if err := apply(ctx, admin, o, fieldManager); err != nil {
 			return fmt.Errorf("write %T %s of module %s: %w", o, o.GetName(), g.Module, err)
 		}
 		if rb, ok := o.(*rbacv1.RoleBinding); ok {

@@ -190,7 +190,7 @@ func ensureWorkloads(ctx context.Context, admin client.Client, g Grant) error {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: ProbeUser}},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: probeName}}
 	for _, o := range []client.Object{p, b, probeRole, probeBinding} {
-		if err := admin.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		if err := apply(ctx, admin, o, fieldManager); err != nil {
 			return fmt.Errorf("write %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 		}
 	}
@@ -200,7 +200,7 @@ func ensureWorkloads(ctx context.Context, admin client.Client, g Grant) error {
 			Labels: map[string]string{LabelManagedBy: ManagedBy}},
 		Data: workloadEntry(g),
 	}
-	if err := admin.Patch(ctx, cm, client.Apply, client.FieldOwner(fieldManager+"."+g.Module), client.ForceOwnership); err != nil {
+	if err := apply(ctx, admin, cm, fieldManager+"."+g.Module); err != nil {
 		return fmt.Errorf("write the workload entry of module %s: %w", g.Module, err)
 	}
 	return nil
