@@ -4,15 +4,23 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-# One Kubernetes version for the client libraries (go.mod: k8s.io/* v0.34.x,
-# controller-runtime v0.22.x) and for the API server the tests run against.
-K8S_VERSION        ?= 1.34.2
-CONTROLLER_TOOLS   ?= v0.19.0
+# The KCP's Kubernetes: one version for the client libraries (go.mod: k8s.io/*
+# v0.36.x, controller-runtime v0.24.x) and for the KCP's API server,
+# kube-controller-manager, etcd and kubectl (test/tools/k8s).
+K8S_VERSION        ?= 1.36.3
+# The SKR's Kubernetes: the oldest minor an SKR may run (docs/deploying.md,
+# "Versions"), two minors below the KCP's; its API server only
+# (test/tools/k8s-skr). Every test cluster named skr* runs it.
+SKR_K8S_VERSION    ?= 1.34.2
+CONTROLLER_TOOLS   ?= v0.21.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
 ROOT        := $(CURDIR)
 BIN         := $(ROOT)/bin
 K8S_ASSETS  := $(BIN)/k8s/$(K8S_VERSION)
+# The SKR's API server alone, apart from the KCP's complete envtest asset set
+# in bin/k8s/<version>/ (what KUBEBUILDER_ASSETS names).
+SKR_K8S_ASSETS := $(BIN)/k8s-skr/$(SKR_K8S_VERSION)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # istiod (pilot-discovery) from the istio.io/istio version test/tools/istio/go.mod
@@ -21,6 +29,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 ISTIO_VERSION := $(shell awk '{for (i = 1; i < NF; i++) if ($$i == "istio.io/istio") print $$(i+1)}' test/tools/istio/go.mod)
 ISTIO_ASSETS := $(BIN)/istio/$(ISTIO_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_ASSETS)
+export SKR_KUBEBUILDER_ASSETS := $(SKR_K8S_ASSETS)
 export PATH := $(K8S_ASSETS):$(PATH)
 
 BINARIES := ext-authz skr-webhook vs-controller listener/example module-sync
@@ -31,12 +40,14 @@ GO_TEST_FLAGS ?= -count=1 -timeout 40m
 # make test-unit: Go's test cache stays on (GO_TEST_UNIT_FLAGS=-count=1 turns it off).
 GO_TEST_UNIT_FLAGS ?=
 
-K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
-	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
-	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) \
-	-X k8s.io/client-go/pkg/version.gitVersion=v$(K8S_VERSION) \
-	-X k8s.io/client-go/pkg/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
-	-X k8s.io/client-go/pkg/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
+# $(call K8S_LDFLAGS,VERSION): the version a Kubernetes binary built from the
+# module proxy reports (k8s.io/kubernetes's own build sets it from git).
+K8S_LDFLAGS = -X k8s.io/component-base/version.gitVersion=v$(1) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(1))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(1))) \
+	-X k8s.io/client-go/pkg/version.gitVersion=v$(1) \
+	-X k8s.io/client-go/pkg/version.gitMajor=$(word 1,$(subst ., ,$(1))) \
+	-X k8s.io/client-go/pkg/version.gitMinor=$(word 2,$(subst ., ,$(1)))
 
 ##@ The two commands
 
@@ -101,7 +112,7 @@ FUZZTIME_SHORT ?= 100000x
 # package:target of every fuzz target.
 FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./identity/:FuzzIsDNS1123Subdomain \
 	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual \
-	./listener/:FuzzDecodeWatchEvent ./ext-authz/framelimit/:FuzzParser ./skrclient/:FuzzBounded
+	./skr-webhook/:FuzzReadManagers ./listener/:FuzzDecodeWatchEvent ./listener/:FuzzLinkedTraceParent ./ext-authz/framelimit/:FuzzParser ./skrclient/:FuzzBounded
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.
@@ -124,6 +135,7 @@ lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml (includes gofmt, goim
 # was not regenerated and committed. Works on a tree with uncommitted changes
 # too (only what generation changes counts).
 GENERATED := api manifests go.mod go.sum test/tools/k8s/go.mod test/tools/k8s/go.sum \
+	test/tools/k8s-skr/go.mod test/tools/k8s-skr/go.sum \
 	test/tools/monitoring/go.mod test/tools/monitoring/go.sum \
 	test/tools/benchcompare/go.mod test/tools/benchcompare/go.sum \
 	test/tools/istio/go.mod test/tools/istio/go.sum \
@@ -134,7 +146,7 @@ verify-generated: $(CONTROLLER_GEN) ## Fail (with the diff) when `make generate 
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
 	  tar -cf - $(GENERATED) | tar -xf - -C "$$snap"; \
 	  $(MAKE) --no-print-directory generate manifests; \
-	  go mod tidy; for m in k8s monitoring benchcompare istio kymalistener; do (cd test/tools/$$m && go mod tidy); done; \
+	  go mod tidy; for m in k8s k8s-skr monitoring benchcompare istio kymalistener; do (cd test/tools/$$m && go mod tidy); done; \
 	  changed=0; for f in $(GENERATED); do \
 	    if ! diff -ruN "$$snap/$$f" "$$f" > "$$snap/.diff"; then changed=1; sed "s#$$snap/##" "$$snap/.diff"; fi; \
 	  done; rm -f "$$snap/.diff"; \
@@ -156,7 +168,7 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-ma
 	chmod 644 manifests/crds/third_party/*.yaml
 
 .PHONY: envtest-assets
-envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl istio-assets ## Build kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/ and istiod into bin/istio/<version>/ from source (once).
+envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl $(SKR_K8S_ASSETS)/kube-apiserver istio-assets ## Build the KCP's kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/, the SKR's kube-apiserver into bin/k8s-skr/<SKR version>/ and istiod into bin/istio/<version>/ from source (once).
 
 .PHONY: istio-assets
 istio-assets: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod (pilot-discovery) from source into bin/istio/<version>/ (once).
@@ -164,14 +176,20 @@ istio-assets: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod (pilot-discovery) 
 # Built from test/tools/k8s (its go.mod pins k8s.io/kubernetes and etcd);
 # only the Go module proxy is used.
 $(K8S_ASSETS)/kube-apiserver:
-	@echo "Building kube-apiserver v$(K8S_VERSION) from source (several minutes the first time)..."
-	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
+	@echo "Building the KCP's kube-apiserver v$(K8S_VERSION) from source (several minutes the first time)..."
+	cd test/tools/k8s && go build -ldflags "$(call K8S_LDFLAGS,$(K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
+
+# The SKR's API server, from test/tools/k8s-skr (its go.mod pins the older
+# k8s.io/kubernetes). Only the API server: the SKR's etcd is the KCP's.
+$(SKR_K8S_ASSETS)/kube-apiserver:
+	@echo "Building the SKR's kube-apiserver v$(SKR_K8S_VERSION) from source (several minutes the first time)..."
+	cd test/tools/k8s-skr && go build -ldflags "$(call K8S_LDFLAGS,$(SKR_K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
 
 # The local environment runs its garbage collector and namespace controller
 # (cert-manager's CertificateRequests and Secrets are owned by Certificates).
 $(K8S_ASSETS)/kube-controller-manager:
 	@echo "Building kube-controller-manager v$(K8S_VERSION) from source (several minutes the first time)..."
-	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kube-controller-manager && mv $@.tmp $@
+	cd test/tools/k8s && go build -ldflags "$(call K8S_LDFLAGS,$(K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kube-controller-manager && mv $@.tmp $@
 
 # Built from test/tools/istio (its go.mod pins istio.io/istio, which needs a
 # newer k8s.io than the project's own go.mod). $(call ISTIOD_BUILD,ENV...):
@@ -190,9 +208,11 @@ $(ISTIO_ASSETS)/linux_%/pilot-discovery:
 	$(call ISTIOD_BUILD,CGO_ENABLED=0 GOOS=linux GOARCH=$*)
 
 $(K8S_ASSETS)/kubectl:
-	cd test/tools/k8s && go build -ldflags "$(K8S_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
+	@echo "Building kubectl v$(K8S_VERSION) from source..."
+	cd test/tools/k8s && go build -ldflags "$(call K8S_LDFLAGS,$(K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
 
 $(K8S_ASSETS)/etcd:
+	@echo "Building etcd (the version k8s.io/kubernetes v$(K8S_VERSION) pins) from source..."
 	cd test/tools/k8s && go build -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
 
 $(CONTROLLER_GEN):

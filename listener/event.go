@@ -34,11 +34,13 @@ type Event struct {
 	// changes of this runtime. Watched and WatchedGVK are then empty; the
 	// operator must re-read the runtime completely.
 	Resync string
-	// SpanContext is the W3C trace context the event came with
-	// (KeyTraceParent): the sender's span, or the listener's span in its
-	// trace with WithTracerProvider. Invalid when none came; continue the
-	// trace with ContextWithEvent.
+	// SpanContext is the listener's span (KeyTraceParent) with
+	// WithTracerProvider: the root of a new KCP trace. Invalid without a
+	// tracer; continue the trace with ContextWithEvent.
 	SpanContext trace.SpanContext
+	// Link is the sender's span (KeyLinkedTraceParent), invalid when none
+	// came. A runtime chose it: link it (Links), never make it a parent.
+	Link trace.SpanContext
 }
 
 // IsResync reports whether obj is a resync event and its reason. On a
@@ -55,7 +57,7 @@ func IsResync(obj client.Object) (reason string, ok bool) {
 // newEventObject builds the Kyma-v2-shaped object of an accepted event. The
 // values are plain maps and strings, so the object deep-copies and
 // serializes like any unstructured object.
-func newEventObject(runtimeID string, we *contract.WatchEvent, traceparent string) *unstructured.Unstructured {
+func newEventObject(runtimeID string, we *contract.WatchEvent, traceparent, linked string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		KeyWatched: map[string]any{
 			"namespace": we.Watched.Namespace,
@@ -73,6 +75,9 @@ func newEventObject(runtimeID string, we *contract.WatchEvent, traceparent strin
 	}
 	if traceparent != "" {
 		u.Object[KeyTraceParent] = traceparent
+	}
+	if linked != "" {
+		u.Object[KeyLinkedTraceParent] = linked
 	}
 	return u
 }
@@ -97,6 +102,9 @@ func EventFrom(obj client.Object) (ev Event, ok bool) {
 	ev.Resync, _, _ = unstructured.NestedString(u.Object, KeyResync)
 	if tp, _, _ := unstructured.NestedString(u.Object, KeyTraceParent); tp != "" {
 		ev.SpanContext = spanContextOf(tp)
+	}
+	if tp, _, _ := unstructured.NestedString(u.Object, KeyLinkedTraceParent); tp != "" {
+		ev.Link = spanContextOf(tp)
 	}
 	return ev, true
 }

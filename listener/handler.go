@@ -90,11 +90,11 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 		}
 	}
 
-	traceparent, span := l.receiveSpan(r, runtimeID)
+	traceparent, linked, span := l.receiveSpan(r, runtimeID)
 	if span != nil {
 		defer span.End()
 	}
-	ev := event.GenericEvent{Object: newEventObject(runtimeID, &we, traceparent)}
+	ev := event.GenericEvent{Object: newEventObject(runtimeID, &we, traceparent, linked)}
 	if !l.enqueue(ev) {
 		w.Header().Set("Retry-After", l.retryAfter)
 		l.log.V(1).Info("event buffer full", "runtimeID", runtimeID)

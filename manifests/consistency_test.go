@@ -34,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // kcpOverlays are the KCP kustomizations a platform team deploys (the base
@@ -489,7 +490,7 @@ var _ = Describe("the kind e2e files (test/kind)", func() {
 
 	It("pin every version in versions.env, in step with go.mod, the local API server and the istiod source", func() {
 		versions := readEnvFile("test/kind/versions.env")
-		for _, k := range []string{"KIND_VERSION", "KIND_NODE_IMAGE", "KUBECTL_VERSION", "ISTIO_PROXY_IMAGE", "CERT_MANAGER_VERSION", "HELM_VERSION"} {
+		for _, k := range []string{"KIND_VERSION", "KIND_KCP_NODE_IMAGE", "KIND_SKR_NODE_IMAGE", "KUBECTL_VERSION", "ISTIO_PROXY_IMAGE", "CERT_MANAGER_VERSION", "HELM_VERSION"} {
 			Expect(versions[k]).NotTo(BeEmpty(), k)
 		}
 		mod, err := os.ReadFile(repoPath("go.mod"))
@@ -507,9 +508,12 @@ var _ = Describe("the kind e2e files (test/kind)", func() {
 		Expect(versions["ISTIO_PROXY_IMAGE"]).To(MatchRegexp(`^docker\.io/istio/proxyv2:1\.`+istioMinor+`\.\d+(@sha256:[0-9a-f]{64})?$`),
 			"the gateway's proxy must be a 1.%s release, the minor version of istiod's source", istioMinor)
 		Expect(versions["CERT_MANAGER_VERSION"]).To(Equal(goModVersion(mod, "github.com/cert-manager/cert-manager")))
-		k8sMinor := minor(goModVersion(mod, "k8s.io/api")) // v0.34.x ~ Kubernetes 1.34
+		k8sMinor := minor(goModVersion(mod, "k8s.io/api")) // v0.36.x ~ Kubernetes 1.36
 		Expect(versions["KUBECTL_VERSION"]).To(HavePrefix("v1." + k8sMinor + "."))
-		Expect(versions["KIND_NODE_IMAGE"]).To(MatchRegexp(`^kindest/node:v1\.` + k8sMinor + `\.\d+@sha256:[0-9a-f]{64}$`))
+		Expect(versions["KIND_KCP_NODE_IMAGE"]).To(MatchRegexp(`^kindest/node:v1\.` + k8sMinor + `\.\d+(@sha256:[0-9a-f]{64})?$`))
+		// The SKR's node: the oldest minor an SKR may run, like the local SKR.
+		skrMinor := strings.Split(testenv.SKRKubernetesVersion, ".")[1]
+		Expect(versions["KIND_SKR_NODE_IMAGE"]).To(MatchRegexp(`^kindest/node:v1\.` + skrMinor + `\.\d+@sha256:[0-9a-f]{64}$`))
 
 		script, err := os.ReadFile(repoPath("test/kind/e2e.sh"))
 		Expect(err).NotTo(HaveOccurred())
@@ -619,7 +623,7 @@ func readEnvFile(rel string) map[string]string {
 // goModVersion is the version go.mod requires of module.
 func goModVersion(mod []byte, module string) string {
 	GinkgoHelper()
-	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + `\s+(v\S+)`).FindSubmatch(mod)
+	m := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(module) + `\s+(v\S+)`).FindSubmatch(mod)
 	Expect(m).NotTo(BeNil(), "go.mod does not require %s", module)
 	return string(m[1])
 }

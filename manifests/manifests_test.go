@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -373,6 +374,26 @@ var _ = Describe("the API server", Ordered, func() {
 			Entry("vs-controller: AuthorizationPolicies", "vs-controller", access{"istio-system", "update", "security.istio.io", "authorizationpolicies", ""}),
 			Entry("example operator: Secrets", "example-operator", access{"kcp-system", "get", "", "secrets", ""}),
 			Entry("example operator: changing Kymas", "example-operator", access{"kcp-system", "patch", kyma, "kymas", ""}),
+			// Issue 33: module-sync's RBAC read every Secret in kcp-system;
+			// now only the kubeconfig Secrets vs-controller names for it.
+			Entry("module-sync: Secrets by name", "module-sync", access{"kcp-system", "get", "", "secrets", ""}),
+			Entry("module-sync: listing Secrets", "module-sync", access{"kcp-system", "list", "", "secrets", ""}),
+			Entry("module-sync: watching Secrets", "module-sync", access{"kcp-system", "watch", "", "secrets", ""}),
 		)
+
+		// Issue 33: a Watcher author who may write watchers/status could
+		// forge its route condition; the role the manifests ship for
+		// authors writes Watchers only.
+		It("lets a Watcher author (ClusterRole runtime-watcher-watcher-author) write Watchers but not their status", func() {
+			Expect(kcp.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team-a-watchers", Namespace: "kcp-system"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "runtime-watcher-watcher-author"},
+				Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "team-a", Namespace: "kcp-system"}}})).To(Succeed())
+			for _, verb := range []string{"create", "update", "patch", "delete"} {
+				Expect(can("team-a", access{"kcp-system", verb, watcherGroup, "watchers", ""})).To(BeTrue(), "%s watchers", verb)
+			}
+			for _, verb := range []string{"update", "patch"} {
+				Expect(can("team-a", access{"kcp-system", verb, watcherGroup, "watchers", "status"})).To(BeFalse(), "%s watchers/status", verb)
+			}
+		})
 	})
 })

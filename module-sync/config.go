@@ -22,9 +22,9 @@ type config struct {
 	burst int
 
 	// Flag values that parseConfig turns into o.
-	moduleResources, selector string
-	serviceName               string
-	servicePort               int64
+	moduleResources, selector, platformWriters string
+	serviceName                                string
+	servicePort                                int64
 }
 
 // parseConfig reads and validates the flags (args without the program
@@ -58,6 +58,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.DurationVar(&c.o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.IntVar(&c.o.Workers, "workers", 8, "runtimes mirrored and SyncResources applied in parallel (each)")
 	fs.DurationVar(&c.o.PassTimeout, "pass-timeout", 0, "deadline of one pass over a runtime (mirror or apply); default 3 × --skr-timeout")
+	fs.StringVar(&c.platformWriters, "platform-writers", "", "comma-separated KCP users whose SyncResources are applied under their module's grant without being named in its spec.managers (the platform's own tools); everybody else's only while the grant names them (docs/security.md)")
 	fs.Float64Var(&c.qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "KCP client burst")
 	if err := c.Parse(fs, args); err != nil || c.Version {
@@ -78,6 +79,11 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 			return nil, fmt.Errorf("--gateway-selector: %q is not key=value", kv)
 		}
 		o.GatewaySelector[k] = v
+	}
+	for _, u := range strings.Split(c.platformWriters, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			o.PlatformWriters = append(o.PlatformWriters, u)
+		}
 	}
 	o.Service.Name, o.Service.Namespace, o.Service.Port = c.serviceName, o.KymaNamespace, c.servicePort
 	return c, nil

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
 
 type recordingSink struct {
@@ -155,4 +157,66 @@ func mustRequest(t *testing.T, method, path string) *http.Request {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// FuzzReadManagers: whatever the managers file holds (issue 33: its opt-in
+// line decides heartbeats), every name read is a valid manager, every
+// heartbeat manager is one of them, a refused line is an error and never a
+// manager, and what was read, written back as vs-controller renders it,
+// reads the same.
+func FuzzReadManagers(f *testing.F) {
+	for _, s := range []string{
+		"# rendered by vs-controller\nlifecycle-manager\n\n  module-sync  heartbeats \n",
+		"good\nBad_Name\nother heartbeat\nlast heartbeats extra\n",
+		"a heartbeats\na\n", "\t heartbeats\n", "x\theartbeats\n", "",
+	} {
+		f.Add(s)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, content string) {
+		p := filepath.Join(dir, "managers")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		names, beats, err := readManagers(p)
+		if len(content) > maxManagersFileBytes {
+			if err == nil || names != nil {
+				t.Fatalf("oversized file: %v %v", names, err)
+			}
+			return
+		}
+		in := map[string]bool{}
+		for _, n := range names {
+			if !contract.ValidManager(n) {
+				t.Fatalf("invalid manager %q read", n)
+			}
+			in[n] = true
+		}
+		for _, h := range beats {
+			if !in[h] {
+				t.Fatalf("heartbeat manager %q is no manager", h)
+			}
+		}
+		var b strings.Builder
+		hb := map[string]bool{}
+		for _, h := range beats {
+			hb[h] = true
+		}
+		for _, n := range names {
+			if hb[n] {
+				b.WriteString(n + " " + contract.ManagerHeartbeats + "\n")
+				delete(hb, n)
+			} else {
+				b.WriteString(n + "\n")
+			}
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		names2, beats2, err2 := readManagers(p)
+		if err2 != nil || strings.Join(names2, "\n") != strings.Join(names, "\n") || len(beats2) > len(beats) {
+			t.Fatalf("round trip of %q: %v %v %v, want %v %v", b.String(), names2, beats2, err2, names, beats)
+		}
+		_ = err
+	})
 }

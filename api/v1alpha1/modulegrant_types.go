@@ -48,6 +48,45 @@ type ModuleGrantSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=atomic
 	ClusterScopedKinds []GrantedKind `json:"clusterScopedKinds,omitempty"`
+	// Workloads is what the module's Pods, and the pod templates of the
+	// kinds that make Pods, may use in the runtime. Without it they may
+	// use only ServiceAccounts the module created through module-sync, no
+	// Secret, no host namespace, port or path, and no privilege. The
+	// runtime's own admission enforces it (docs/security.md).
+	// +optional
+	Workloads *WorkloadGrant `json:"workloads,omitempty"`
+}
+
+// WorkloadGrant is what a module's workloads may use beyond their own
+// objects. Names of the watcher's bundle are never granted, whatever this
+// says.
+type WorkloadGrant struct {
+	// Secrets the module's workloads may mount or read (volumes,
+	// environment, image pull secrets), by name, in the granted namespaces.
+	// module-sync never writes Secrets: these are the runtime's own.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	Secrets []string `json:"secrets,omitempty"`
+	// ServiceAccounts the module's workloads may run as, by name, in the
+	// granted namespaces, besides those the module created through
+	// module-sync.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// HostAccess lets the module's workloads use the host's network, PID
+	// or IPC namespace, host ports and hostPath volumes.
+	// +optional
+	HostAccess bool `json:"hostAccess,omitempty"`
+	// Privileged lets the module's workloads run privileged containers,
+	// add capabilities other than NET_BIND_SERVICE and use volume types
+	// other than configMap, secret, projected, emptyDir, downwardAPI,
+	// persistentVolumeClaim, ephemeral and image.
+	// +optional
+	Privileged bool `json:"privileged,omitempty"`
 }
 
 // ModuleGrant is the platform's grant to one module (its name is the

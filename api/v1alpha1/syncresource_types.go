@@ -132,6 +132,14 @@ type SyncResourceStatus struct {
 	Items []ItemStatus `json:"items,omitempty"`
 }
 
+// AnnotationWrittenBy, on a SyncResource, names the KCP user who wrote its
+// spec. The ValidatingAdmissionPolicy of
+// manifests/kcp/base/syncresource-writer-policy.yaml keeps it true: whoever
+// creates a SyncResource or changes its spec must set it to their own user
+// name. module-sync applies a SyncResource only while the ModuleGrant of its
+// module names that writer in spec.managers.
+const AnnotationWrittenBy = "operator.kyma-project.io/written-by"
+
 // SyncResource lists objects that module-sync applies to the runtime of a
 // Kyma. Module managers write it; module-sync writes its status.
 //

@@ -11,8 +11,9 @@
 package v1beta1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -20,8 +21,14 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "operator.kyma-project.io", Version: "v1beta1"}
 
 	// SchemeBuilder adds the v1beta1 Watcher types to a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the v1beta1 Watcher types to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &Watcher{}, &WatcherList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -51,7 +51,3 @@ type WatcherList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Watcher `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Watcher{}, &WatcherList{})
-}

@@ -163,7 +163,7 @@ var _ = Describe("Watcher CRD", func() {
 				CommonName: "runtime-1",
 				DNSNames:   []string{"skr.example.com"},
 				SecretName: "runtime-1-webhook-tls",
-				IssuerRef:  cmmeta.ObjectReference{Name: "watcher-ca", Kind: "Issuer"},
+				IssuerRef:  cmmeta.IssuerReference{Name: "watcher-ca", Kind: "Issuer"},
 			},
 		}
 		Expect(c.Create(ctx, cert)).To(Succeed())

@@ -6,8 +6,9 @@
 package v1beta2
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -15,11 +16,17 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "operator.kyma-project.io", Version: "v1beta2"}
 
 	// SchemeBuilder adds the Watcher types to a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the Watcher types to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &Watcher{}, &WatcherList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
 
 // KymaGroupVersionKind identifies Lifecycle Manager's Kyma CR. Runtime
 // Watcher reads only its metadata (name, labels, skr-domain annotation).

@@ -21,6 +21,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 )
 
 // Defaults of the flags.
@@ -58,10 +60,14 @@ type Entry struct {
 	Fingerprint [32]byte
 	Path        string
 	RequestID   string
-	TraceID     string // from the request's traceparent, when present
-	Message     string // why it was refused
-	Duration    time.Duration
-	Err         error // a failed lookup
+	TraceID     string // ext-authz's own trace of the Check (with tracing)
+	// SenderTraceID is the trace ID of the request's traceparent, when
+	// present: the sender's trace, which the Check links to; never the
+	// Check's own.
+	SenderTraceID string
+	Message       string // why it was refused
+	Duration      time.Duration
+	Err           error // a failed lookup
 }
 
 // Log writes decision lines. A nil *Log logs nothing.
@@ -137,20 +143,26 @@ func (l *Log) Write(e *Entry) {
 		kv = append(kv, "reason", e.Reason)
 	}
 	if e.Runtime != "" {
-		kv = append(kv, "runtime", e.Runtime)
+		kv = append(kv, "runtime", contract.Bounded(e.Runtime))
 	}
 	if e.Fingerprint != ([32]byte{}) {
 		kv = append(kv, "certSHA256", hex.EncodeToString(e.Fingerprint[:]))
 	}
-	kv = append(kv, "path", e.Path, "durationSeconds", e.Duration.Seconds())
+	// Every field a client chose (the path, up to the gateway's header
+	// limit; the request ID; the certificate's CN) is cut to
+	// contract.MaxText with a marker.
+	kv = append(kv, "path", contract.Bounded(e.Path), "durationSeconds", e.Duration.Seconds())
 	if e.RequestID != "" {
-		kv = append(kv, "requestID", e.RequestID)
+		kv = append(kv, "requestID", contract.Bounded(e.RequestID))
 	}
 	if e.TraceID != "" {
-		kv = append(kv, "traceID", e.TraceID)
+		kv = append(kv, "traceID", contract.Bounded(e.TraceID))
+	}
+	if e.SenderTraceID != "" {
+		kv = append(kv, "senderTraceID", contract.Bounded(e.SenderTraceID))
 	}
 	if e.Message != "" {
-		kv = append(kv, "message", e.Message)
+		kv = append(kv, "message", contract.Bounded(e.Message))
 	}
 	if e.Err != nil {
 		l.log.Error(e.Err, "Check decision", kv...)

@@ -124,3 +124,21 @@ func TestOptions(t *testing.T) {
 		t.Errorf("MaxLinesPerSecond 0: %v, %v; want no log", l, err)
 	}
 }
+
+// TestWriteBoundsFields: a path as long as the gateway's header limit (and
+// the other fields a client chooses) reaches the log cut to 1 KiB with a
+// marker (issue 33: the path was written whole).
+func TestWriteBoundsFields(t *testing.T) {
+	l, c, _ := newLog(t, decisionlog.Options{MaxLinesPerSecond: 10})
+	long := "/v2/m/event/" + strings.Repeat("é", 30_000)
+	l.Write(&decisionlog.Entry{Mode: "enforce", Result: "deny", Reason: "r", Runtime: long, Path: long, RequestID: long, TraceID: long, Message: long})
+	if len(c.got) != 1 {
+		t.Fatalf("%d lines", len(c.got))
+	}
+	for _, k := range []string{"path", "runtime", "requestID", "traceID", "message"} {
+		v, _ := c.got[0][k].(string)
+		if len(v) > 1024 || !strings.HasSuffix(v, "…(cut)") || !strings.HasPrefix(v, long[:100]) {
+			t.Errorf("field %s: %d bytes, ends %q", k, len(v), v[max(0, len(v)-20):])
+		}
+	}
+}

@@ -82,7 +82,10 @@ func TestDecisionLog(t *testing.T) {
 	}
 	fp := sha256.Sum256(f.other.Cert.Raw)
 	want := map[string]any{"mode": "enforce", "result": "deny", "reason": string(contract.ReasonSANMismatch), "runtime": "runtime-1",
-		"certSHA256": hex.EncodeToString(fp[:]), "path": "/v1/lifecycle-manager/event", "traceID": "4bf92f3577b34da6a3ce929d0e0e4736"}
+		"certSHA256": hex.EncodeToString(fp[:]), "path": "/v1/lifecycle-manager/event", "senderTraceID": "4bf92f3577b34da6a3ce929d0e0e4736"}
+	if lines[0]["traceID"] != nil {
+		t.Errorf("traceID %v without tracing: the sender's trace is no trace of ext-authz's", lines[0]["traceID"])
+	}
 	for k, v := range want {
 		if lines[0][k] != v {
 			t.Errorf("%s = %v, want %v", k, lines[0][k], v)
@@ -219,31 +222,39 @@ func TestDecisionLogAllowAllocations(t *testing.T) {
 	}
 }
 
-// TestCheckSpan: with a tracer, a Check is a span in the trace of the
-// request's W3C traceparent, carrying the decision.
+// TestCheckSpan: with a tracer, a Check is the root span of a new trace,
+// sampled by ext-authz's own sampler, linked to the request's W3C
+// traceparent (issue 33: a sender's traceparent was its parent, so a sender
+// marking "not sampled" hid the Check, and a chosen trace ID put it into
+// somebody else's trace), carrying the decision.
 func TestCheckSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	f := startWith(t, func(*prometheus.Registry) server.Config {
 		return server.Config{Tracer: tp.Tracer("test"), DryRun: server.DryRun{PathPrefixes: []string{"/dry"}}}
 	})
+	// The sender marks its trace "not sampled" (flags 00).
 	req := envoyRequest(t, "example_allowed_request.json", map[string]string{contract.HeaderXFCC: xfccOf(f.other),
-		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"})
 	req.Attributes.Request.Http.Path = "/dry/event"
 	if _, err := f.client.Check(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	spans := rec.Ended()
 	if len(spans) != 1 {
-		t.Fatalf("%d spans, want 1", len(spans))
+		t.Fatalf("%d spans, want 1 (the sender's \"not sampled\" does not hide the Check)", len(spans))
 	}
 	s := spans[0]
-	if s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Parent().SpanID().String() != "00f067aa0ba902b7" || !s.Parent().IsRemote() {
-		t.Errorf("span %v with parent %v: not in the request's trace", s.SpanContext(), s.Parent())
+	if s.SpanContext().TraceID().String() == "4bf92f3577b34da6a3ce929d0e0e4736" || s.Parent().IsValid() {
+		t.Errorf("span %v with parent %v: in the sender's trace, want a new root", s.SpanContext(), s.Parent())
+	}
+	if l := s.Links(); len(l) != 1 || l[0].SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+		l[0].SpanContext.SpanID().String() != "00f067aa0ba902b7" {
+		t.Errorf("links %v, want the sender's span", l)
 	}
 	attrs := map[string]string{}
 	for _, a := range s.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["runtime_watcher.result"] != "deny" || attrs["runtime_watcher.reason"] != string(contract.ReasonSANMismatch) ||
 		attrs["runtime_watcher.runtime"] != "runtime-1" || attrs["runtime_watcher.mode"] != "dry-run" {

@@ -164,8 +164,18 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	start := time.Now()
 	httpReq := req.GetAttributes().GetRequest().GetHttp()
 	var span trace.Span
+	var sender trace.SpanContext // the request's traceparent: a runtime chose it
 	if s.cfg.Tracer != nil {
-		ctx, span = s.cfg.Tracer.Start(tracing.Propagator.Extract(ctx, checkCarrier{httpReq}), "ext-authz Check", trace.WithSpanKind(trace.SpanKindServer))
+		// A new trace, sampled by ext-authz's own sampler, linked to the
+		// sender's span: a traceparent from outside is never a parent
+		// (its "not sampled" would hide the Check; its trace ID would put
+		// the Check into somebody else's trace).
+		sender = trace.SpanContextFromContext(tracing.Propagator.Extract(context.Background(), checkCarrier{httpReq}))
+		opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer)}
+		if sender.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sender}))
+		}
+		ctx, span = s.cfg.Tracer.Start(ctx, "ext-authz Check", opts...)
 	}
 	d := s.decide(ctx, req, httpReq)
 	mode, dry := ModeEnforce, s.cfg.DryRun.Match(httpReq.GetPath())
@@ -206,12 +216,13 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 			Path: httpReq.GetPath(), RequestID: httpReq.GetId(), Message: d.message, Duration: took, Err: d.err,
 		}
 		if s.cfg.Log.Enabled() {
-			sc := trace.SpanContextFromContext(ctx)
-			if span == nil {
-				sc = trace.SpanContextFromContext(tracing.Propagator.Extract(ctx, checkCarrier{httpReq}))
+			if span != nil {
+				e.TraceID = trace.SpanContextFromContext(ctx).TraceID().String()
+			} else {
+				sender = trace.SpanContextFromContext(tracing.Propagator.Extract(context.Background(), checkCarrier{httpReq}))
 			}
-			if sc.HasTraceID() {
-				e.TraceID = sc.TraceID().String()
+			if sender.HasTraceID() {
+				e.SenderTraceID = sender.TraceID().String()
 			}
 		}
 		s.cfg.Log.Write(e)

@@ -29,12 +29,22 @@ func TestFailingSince(t *testing.T) {
 			return &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "1"},
 				Items: []metav1.PartialObjectMetadata{*meta("kyma-1", "runtime-1", "skr1.example.com")}}, nil
 		},
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			if broken.Load() {
 				return nil, errors.New("connection refused")
 			}
 			w := watch.NewFake()
 			watches <- w
+			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				// A streaming list (client-go's reflector asks for one since
+				// v0.35, and a KCP API server of 1.34 or newer answers it):
+				// the items as ADDED, then the bookmark that ends them.
+				go func() {
+					w.Add(meta("kyma-1", "runtime-1", "skr1.example.com"))
+					w.Action(watch.Bookmark, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1",
+						Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}})
+				}()
+			}
 			return w, nil
 		},
 	}

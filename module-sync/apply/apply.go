@@ -320,6 +320,11 @@ func applyItem(ctx context.Context, skr client.Client, grant grants.Grant, owner
 		switch {
 		case err == nil && live.GetAnnotations()[OwnerAnnotation] != owner && !item.Adopt:
 			return st, refused(errors.New("exists and was not created by this SyncResource; set adopt: true on the item to take it over"))
+		case err == nil && live.GetAnnotations()[OwnerAnnotation] != owner && isServiceAccount(gvk):
+			// The module's workloads may run as the ServiceAccounts it
+			// created (grants.WorkloadPolicy): adopting one would let them
+			// act as whatever the runtime bound to it.
+			return st, refused(errors.New("exists and was not created by this SyncResource; a ServiceAccount is never adopted (the module's workloads could run as it)"))
 		case err != nil && !apierrors.IsNotFound(err):
 			return st, apiError("get", err)
 		}
@@ -403,6 +408,26 @@ func parse(ext runtime.RawExtension) (target, *itemError) {
 }
 
 func isSecret(gvk schema.GroupVersionKind) bool { return gvk.Group == "" && gvk.Kind == "Secret" }
+
+func isServiceAccount(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == "" && gvk.Kind == "ServiceAccount"
+}
+
+// ServiceAccounts are the ServiceAccounts ("namespace/name") the inventory
+// of srs says module-sync created: what grants.Grant.ServiceAccounts
+// wants.
+func ServiceAccounts(srs []v1alpha1.SyncResource) []string {
+	var out []string
+	for i := range srs {
+		for _, it := range srs[i].Status.Items {
+			if o := it.Object; o != nil && o.Kind == "ServiceAccount" && o.APIVersion == "v1" && o.Namespace != "" {
+				out = append(out, o.Namespace+"/"+o.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 // refusal is an error of the grant check: the item is refused, not retried.
 type refusal struct{ error }

@@ -27,8 +27,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -43,7 +41,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
@@ -68,7 +65,11 @@ import (
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources/status,verbs=update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=syncresources/finalizers,verbs=update
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=modulegrants,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",namespace=kcp-system,resources=secrets,verbs=get;list;watch
+//
+// No Secret rule here: module-sync reads only the runtimes' kubeconfig
+// Secrets, by name, through the Role module-sync-kubeconfigs that
+// vs-controller keeps with their resourceNames (vs-controller/kubeconfigs;
+// bound in manifests/kcp/base/module-sync-rbac.yaml).
 
 // Defaults of Options.
 const (
@@ -123,6 +124,15 @@ type Options struct {
 	// PassTimeout bounds one pass over a runtime (mirror or apply): a
 	// runtime that answers slowly cannot hold a worker longer.
 	PassTimeout time.Duration
+	// PlatformWriters are KCP users whose SyncResources are applied under
+	// the grant of their spec.module although no grant names them in
+	// spec.managers (the platform's own tools). Everybody else's are
+	// applied only while the grant names the writer.
+	PlatformWriters []string
+	// NoTurns lets passes over one runtime run on several workers at once
+	// (no pacing.Turns): only for the benchmark that shows what Turns
+	// holds (BenchmarkHostileRuntime).
+	NoTurns bool
 	// SkipNameValidation lets a process build more than one manager (tests,
 	// benchmarks).
 	SkipNameValidation bool
@@ -241,12 +251,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 			DefaultNamespaces: map[string]cache.Config{o.KymaNamespace: {}},
 			ByObject: map[client.Object]cache.ByObject{
 				identity.NewKyma(): {Transform: kymastore.Trim},
-				// Least privilege (docs/security.md): only Secrets labelled
-				// as Runtime Watcher's are cached and watched, and of them
-				// only the kubeconfig of kubeconfig-<runtime-id> Secrets is
-				// kept; an unlabelled kubeconfig Secret is read by name
-				// (runtimeclient.Clients.APIReader).
-				&corev1.Secret{}: {Transform: trimSecret, Label: labels.SelectorFromSet(labels.Set{contract.LabelPartOf: contract.PartOf})},
+				// Least privilege (docs/security.md): no Secret is cached
+				// or watched; each kubeconfig Secret is read by name at
+				// every pass (runtimeclient.Clients.Reader is the API
+				// reader), which is all module-sync's RBAC allows.
 			},
 		},
 	})
@@ -273,8 +281,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	}}); err != nil {
 		return nil, err
 	}
-	runtimes := &runtimeclient.Clients{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: o.KymaNamespace, Clients: clients}
+	runtimes := &runtimeclient.Clients{Reader: mgr.GetAPIReader(), Namespace: o.KymaNamespace, Clients: clients}
 	turns := &pacing.Turns{}
+	if o.NoTurns {
+		turns = nil
+	}
 	mr := &moduleconfigs.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.MirrorInterval,
 		Mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
@@ -288,7 +299,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	sr := &syncresources.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.DriftInterval,
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Workers: o.Workers,
-		Turns: turns, PassTimeout: o.PassTimeout,
+		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -338,21 +349,4 @@ func newListener(mgr manager.Manager, o Options) (*listener.Listener, error) {
 		lopts = append(lopts, listener.WithTLSFiles(o.TLSCertFile, o.TLSKeyFile))
 	}
 	return listener.New(o.ListenAddr, o.Manager, lopts...)
-}
-
-// trimSecret keeps of a cached Secret only what module-sync reads: the
-// kubeconfig of kubeconfig-<runtime-id> Secrets.
-func trimSecret(obj any) (any, error) {
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
-	}
-	t := &corev1.Secret{TypeMeta: s.TypeMeta}
-	t.Name, t.Namespace, t.UID, t.ResourceVersion = s.Name, s.Namespace, s.UID, s.ResourceVersion
-	if _, ok := skrclient.RuntimeIDOfSecret(s.Name); ok {
-		if v, ok := s.Data[skrclient.SecretKey]; ok {
-			t.Data = map[string][]byte{skrclient.SecretKey: v}
-		}
-	}
-	return t, nil
 }

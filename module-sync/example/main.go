@@ -31,6 +31,7 @@ import (
 	"github.com/go-logr/logr"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,7 +121,17 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := setup(mgr, o.module); err != nil {
+	// Who this manager is in the KCP: every SyncResource records its
+	// writer (manifests/kcp/base/syncresource-writer-policy.yaml).
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	self := &authenticationv1.SelfSubjectReview{}
+	if err := direct.Create(ctx, self); err != nil {
+		return fmt.Errorf("who am I (SelfSubjectReview): %w", err)
+	}
+	if err := setup(mgr, o.module, self.Status.UserInfo.Username); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -133,7 +144,7 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	return mgr.Start(ctx)
 }
 
-func setup(mgr ctrl.Manager, module string) error {
+func setup(mgr ctrl.Manager, module, writer string) error {
 	ofModule, err := predicate.LabelSelectorPredicate(metav1.LabelSelector{MatchLabels: map[string]string{LabelModuleName: module}})
 	if err != nil {
 		return err
@@ -142,12 +153,15 @@ func setup(mgr ctrl.Manager, module string) error {
 		Named(module+"-module-manager").
 		For(&v1alpha1.ModuleConfig{}, builder.WithPredicates(ofModule, predicate.GenerationChangedPredicate{})).
 		Owns(&v1alpha1.SyncResource{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(&reconciler{client: mgr.GetClient(), module: module})
+		Complete(&reconciler{client: mgr.GetClient(), module: module, writer: writer})
 }
 
 type reconciler struct {
 	client client.Client
 	module string
+	// writer is this manager's KCP user name, recorded on every
+	// SyncResource it writes (v1alpha1.AnnotationWrittenBy).
+	writer string
 }
 
 // moduleSpec is the demo Module CR's spec (manifests/samples/module-sync).
@@ -199,6 +213,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		sr.Spec.Kyma = mc.Spec.Kyma
 		sr.Spec.Module = r.module
 		sr.Spec.Items = items
+		if sr.Annotations == nil {
+			sr.Annotations = map[string]string{}
+		}
+		sr.Annotations[v1alpha1.AnnotationWrittenBy] = r.writer
 		return controllerutil.SetControllerReference(mc, sr, r.client.Scheme())
 	})
 	return reconcile.Result{}, err
@@ -229,7 +247,10 @@ func desiredItems(module string, cr moduleCR) ([]v1alpha1.SyncItem, error) {
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": module}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": module}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				// No ServiceAccount token: a module's workloads run as
+				// the namespace's default only without one (the
+				// runtime's workload policy, docs/security.md).
+				Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{
 					Name: module, Image: "registry.k8s.io/pause:3.10",
 				}}},
 			},

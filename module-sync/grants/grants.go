@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
 )
 
 // UserPrefix starts the runtime user a module's objects are written as.
@@ -39,6 +40,10 @@ type Grant struct {
 	// nothing).
 	Found bool
 	Spec  v1alpha1.ModuleGrantSpec
+	// ServiceAccounts ("namespace/name") the module created through
+	// module-sync in the runtime: its workloads may run as them
+	// (WorkloadPolicy), besides those Spec.Workloads names.
+	ServiceAccounts []string
 }
 
 // From is the grant of module in namespace; mg nil: the module has none.
@@ -50,15 +55,11 @@ func From(namespace, module string, mg *v1alpha1.ModuleGrant) Grant {
 	return g
 }
 
-// bundleNames are the objects of the watcher's SKR bundle
-// (vs-controller/bundle, manifests/skr): no module may write them,
-// whatever its grant.
-var bundleNames = map[string]bool{
-	"skr-webhook": true, "skr-webhook-tls": true, "skr-webhook-metrics": true, "skr-webhook-priority": true,
-}
-
-// bundleNamePrefix starts the names of the bundle's NetworkPolicies.
-const bundleNamePrefix = "kyma-project.io--"
+// IsBundleName says whether name is one of the watcher bundle's objects
+// (manifests/skr's one list, which vs-controller names its objects from):
+// no module may write them, or use them in its workloads, whatever its
+// grant.
+func IsBundleName(name string) bool { return skr.IsBundleName(name) }
 
 // CheckKind refuses, before the runtime is asked anything, a kind the
 // grant names in neither list (and Secrets).
@@ -76,6 +77,25 @@ func (g Grant) CheckKind(gk schema.GroupKind) error {
 
 var errSecret = errors.New("secrets are not synced: a SyncResource must not carry sensitive data (it is stored in the KCP)")
 
+// Writes says whether the grant lets writer's SyncResources be applied:
+// writer is named in spec.managers. The error says why not.
+func (g Grant) Writes(writer string) error {
+	if !g.Found {
+		return g.notFound()
+	}
+	for _, m := range g.Spec.Managers {
+		if m == writer {
+			return nil
+		}
+	}
+	if writer == "" {
+		writer = "nobody (no " + v1alpha1.AnnotationWrittenBy + " annotation)"
+	} else {
+		writer = fmt.Sprintf("%q", writer)
+	}
+	return fmt.Errorf("written by %s, whom %s does not name in spec.managers: nothing is applied until a grant names the writer", writer, g.Name)
+}
+
 func (g Grant) notFound() error {
 	return fmt.Errorf("no %s: the module may write nothing in the runtimes until the platform grants it", g.Name)
 }
@@ -88,7 +108,7 @@ func (g Grant) Check(gvk schema.GroupVersionKind, namespaced bool, namespace, na
 	switch {
 	case gk.Group == "" && gk.Kind == "Secret":
 		return errSecret
-	case bundleNames[name] || strings.HasPrefix(name, bundleNamePrefix):
+	case IsBundleName(name):
 		return fmt.Errorf("%s %q belongs to the watcher's bundle, which no module may write", gk.Kind, name)
 	case isKubeNamespace(namespace) || (gk.Group == "" && gk.Kind == "Namespace" && isKubeNamespace(name)):
 		return fmt.Errorf("namespace %q is the cluster's own, which no module may write", firstNonEmpty(namespace, name))

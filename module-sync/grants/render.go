@@ -40,6 +40,9 @@ func clusterRole(module string) string    { return User(module) + ":cluster" }
 type Renderer struct {
 	mu   sync.Mutex
 	last map[string][sha256.Size]byte
+	// active: runtime key -> its API server enforces the workload policy
+	// (PolicyActive).
+	active map[string]bool
 }
 
 // Forget drops what the renderer remembers of runtimeKey (the runtime's
@@ -47,6 +50,7 @@ type Renderer struct {
 func (r *Renderer) Forget(runtimeKey string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.active, runtimeKey)
 	for k := range r.last {
 		if len(k) > len(runtimeKey) && k[:len(runtimeKey)+1] == runtimeKey+"\x00" {
 			delete(r.last, k)
@@ -54,8 +58,9 @@ func (r *Renderer) Forget(runtimeKey string) {
 	}
 }
 
-// Ensure writes, with the runtime's own (admin) client, the RBAC of
-// grant's module user: a ClusterRole with the granted namespaced kinds,
+// Ensure writes, with the runtime's own (admin) client, the workload
+// policy (WorkloadPolicy) and the grant's entry in its parameters, and the
+// RBAC of grant's module user: a ClusterRole with the granted namespaced kinds,
 // bound by a RoleBinding in each granted namespace that exists; a
 // ClusterRole with the granted cluster-scoped kinds and its
 // ClusterRoleBinding; and it deletes the module's RoleBindings in
@@ -70,6 +75,9 @@ func (r *Renderer) Ensure(ctx context.Context, admin client.Client, runtimeKey s
 	r.mu.Unlock()
 	if same {
 		return nil
+	}
+	if err := ensureWorkloads(ctx, admin, g); err != nil {
+		return err
 	}
 	objs, complete, err := render(ctx, admin, g)
 	if err != nil {

@@ -38,6 +38,9 @@ const Wait = 250 * time.Millisecond
 // Take takes runtime's turn; ok false while another pass holds it. Call
 // release when the pass ends.
 func (t *Turns) Take(runtime string) (release func(), ok bool) {
+	if t == nil {
+		return func() {}, true // no turns (a benchmark's comparison): every pass runs
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.busy[runtime] {

@@ -39,11 +39,12 @@ var ErrNoKubeconfig = errors.New("no kubeconfig Secret")
 
 // Clients gives the client of a Kyma's runtime.
 type Clients struct {
-	// Reader reads the kubeconfig Secrets in Namespace: the manager's
-	// cache, which holds only Secrets labelled contract.LabelPartOf
-	// (least privilege, docs/security.md). APIReader, when set, reads a
-	// kubeconfig Secret the cache does not hold (nobody labelled it) from
-	// the API server, by name, at every pass (as vs-controller does).
+	// Reader reads the kubeconfig Secrets in Namespace by name: in
+	// module-sync the API reader, because its RBAC allows get on exactly
+	// those Secrets and no list or watch (least privilege,
+	// docs/security.md). APIReader, when set, is asked when Reader does
+	// not hold the Secret (a cache of labelled Secrets, as vs-controller
+	// has).
 	Reader    client.Reader
 	APIReader client.Reader
 	Namespace string

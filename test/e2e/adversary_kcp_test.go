@@ -161,4 +161,83 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		Consistently(func() []e2e.Event { return received.For(n.SKRNamespace, cm.Name, since) }, quietPeriod).Should(BeEmpty())
 		pathReady(ctx, n)
 	})
+
+	// Issue 33: the loser writes watchers/status (anyone whose RBAC covers
+	// resources "*" of the group can) and claims VirtualServiceReady=True
+	// for its generation. Whether it holds a route comes from
+	// vs-controller's VirtualServices; the condition is put back.
+	It("gives a Watcher that lost its route no webhook when it forges its own status, and puts the status back", func(ctx SpecContext) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "team-f-"}}
+		Expect(env.KCP().Create(ctx, ns)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, ns))).To(Succeed()) })
+		thief := localenv.SampleWatcher()
+		thief.Namespace, thief.Name = ns.Name, "forger"
+		thief.Spec.ResourceToWatch = v1beta2.WatchableGVR{Group: "*", Version: "*", Resource: "*"}
+		thief.Spec.LabelsToWatch = nil
+		Expect(env.KCP().Create(ctx, thief)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, thief))).To(Succeed()) })
+		conflict := func(g Gomega) {
+			w := &v1beta2.Watcher{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(thief), w)).To(Succeed())
+			c := meta.FindStatusCondition(w.Status.Conditions, routing.ConditionVirtualService)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(routing.ReasonRouteConflict))
+		}
+		Eventually(conflict).Should(Succeed())
+
+		By("forging VirtualServiceReady=True for the current generation, again and again")
+		forge := func(ctx context.Context) error {
+			w := &v1beta2.Watcher{}
+			if err := env.KCP().Get(ctx, client.ObjectKeyFromObject(thief), w); err != nil {
+				return err
+			}
+			base := w.DeepCopy()
+			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue,
+				Reason: routing.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
+			w.Status.State = v1beta2.StateReady
+			return env.KCP().Status().Patch(ctx, w, client.MergeFrom(base))
+		}
+		Expect(forge(ctx)).To(Succeed())
+		forging, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for forging.Err() == nil {
+				_ = forge(forging) // vs-controller puts it back; the forger insists
+			}
+		}()
+		DeferCleanup(func() {
+			stop()
+			<-done
+		})
+		// A runtime pass after the forgery (another Watcher's change).
+		later := localenv.SampleWatcher()
+		later.Namespace, later.Name = ns.Name, "after-forgery"
+		later.Spec.Manager = "after-forgery-operator"
+		Expect(env.KCP().Create(ctx, later)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, later))).To(Succeed()) })
+		hooks := func(g Gomega) []string {
+			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Name: "skr-webhook"}, &vwc)).To(Succeed())
+			out := []string{}
+			for _, h := range vwc.Webhooks {
+				out = append(out, h.Name)
+			}
+			return out
+		}
+		Eventually(hooks).Should(ContainElement(later.WebhookName()))
+		Consistently(hooks, quietPeriod).Should(Not(ContainElement(thief.WebhookName())))
+		stop()
+		<-done
+		Eventually(conflict).Should(Succeed())
+
+		By("writing an object only the forger's rules would match")
+		since := time.Now()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: n.SKRNamespace, Name: "adversary-forged"}}
+		Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, cm))).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.SKR().Delete(ctx, cm))).To(Succeed()) })
+		Consistently(func() []e2e.Event { return received.For(n.SKRNamespace, cm.Name, since) }, quietPeriod).Should(BeEmpty())
+		pathReady(ctx, n)
+	})
 })

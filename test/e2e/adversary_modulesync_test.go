@@ -7,10 +7,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +51,7 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 	// for module-sync's verdict on each.
 	attack := func(ctx SpecContext, name string, items ...v1alpha1.SyncItem) *v1alpha1.SyncResource {
 		sr := &v1alpha1.SyncResource{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: localenv.KymaNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: localenv.KymaNamespace, Annotations: writtenBy(ctx, env.KCP())},
 			Spec:       v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: items},
 		}
 		Expect(env.KCP().Create(ctx, sr)).To(Succeed())
@@ -125,6 +128,7 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 			sr := victim.DeepCopy()
 			g.Expect(intruder.Get(ctx, client.ObjectKeyFromObject(sr), sr)).To(Succeed())
 			sr.Spec.Items = append(sr.Spec.Items, item("injected", configMapJSON("e2e-injected")))
+			sr.Annotations[v1alpha1.AnnotationWrittenBy] = user // as the writer policy wants: the grant policy refuses
 			err := intruder.Update(ctx, sr)
 			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "edit of module sample's SyncResource: %v", err)
 			g.Expect(err.Error()).To(ContainSubstring("manages module e2e-intruder"))
@@ -135,6 +139,123 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 		Expect(apierrors.IsForbidden(intruder.Create(ctx, forged))).To(BeTrue(), "create of a SyncResource of module sample")
 		Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(victim), victim)).To(Succeed())
 		Expect(victim.Spec.Items).NotTo(ContainElement(HaveField("Name", "injected")))
+	})
+
+	// Issue 33: a grant of Deployments in kyma-system let the module's
+	// workloads mount the bundle's skr-webhook-tls (the runtime's KCP
+	// client key) and run as any ServiceAccount there; the SKR API server
+	// accepted it. Now its own admission (the policy module-sync keeps
+	// there) refuses it for the module's identity.
+	It("refuses a module's workloads that mount the bundle's Secret or run as another ServiceAccount", func(ctx SpecContext) {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "e2e-privileged-sa", Namespace: localenv.SKRNamespace}}
+		Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, sa))).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.SKR().Delete(ctx, sa))).To(Succeed()) })
+		deployment := func(name, podSpec string) v1alpha1.SyncItem {
+			return item(name, fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":%q,"namespace":%q},`+
+				`"spec":{"selector":{"matchLabels":{"app":%q}},"template":{"metadata":{"labels":{"app":%q}},"spec":%s}}}`,
+				name, localenv.SKRNamespace, name, name, podSpec))
+		}
+		got := attack(ctx, "e2e-attack-workloads",
+			deployment("e2e-steal-key", `{"automountServiceAccountToken":false,"containers":[{"name":"c","image":"x"}],`+
+				`"volumes":[{"name":"key","secret":{"secretName":"skr-webhook-tls"}}]}`),
+			deployment("e2e-other-sa", `{"serviceAccountName":"e2e-privileged-sa","containers":[{"name":"c","image":"x"}]}`),
+			deployment("e2e-host", `{"automountServiceAccountToken":false,"hostNetwork":true,"containers":[{"name":"c","image":"x"}]}`),
+		)
+		Expect(got.Status.Items).To(ConsistOf(
+			SatisfyAll(HaveField("Name", "e2e-steal-key"), HaveField("State", v1alpha1.ItemError), HaveField("Message", ContainSubstring("may not use the Secrets skr-webhook-tls"))),
+			SatisfyAll(HaveField("Name", "e2e-other-sa"), HaveField("State", v1alpha1.ItemError), HaveField("Message", ContainSubstring("ServiceAccount e2e-privileged-sa"))),
+			SatisfyAll(HaveField("Name", "e2e-host"), HaveField("State", v1alpha1.ItemError), HaveField("Message", ContainSubstring("host namespaces"))),
+		))
+		for _, name := range []string{"e2e-steal-key", "e2e-other-sa", "e2e-host"} {
+			Expect(apierrors.IsNotFound(env.SKR().Get(ctx, client.ObjectKey{Namespace: localenv.SKRNamespace, Name: name}, &appsv1.Deployment{}))).
+				To(BeTrue(), "Deployment %s reached the SKR", name)
+		}
+	})
+
+	// Issue 33: a manager whose grant is not installed yet (or was
+	// removed) still holds the standard module-manager RBAC; it created a
+	// SyncResource of another module, which stayed after its own grant
+	// appeared.
+	It("applies nothing a manager no grant names wrote, also after its own grant appears", func(ctx SpecContext) {
+		const user = "system:serviceaccount:kcp-system:e2e-orphan-manager"
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "e2e-orphan", Namespace: localenv.KymaNamespace},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"syncresources"},
+				Verbs: []string{"get", "list", "create", "update", "delete"}}}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-orphan", Namespace: localenv.KymaNamespace},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "e2e-orphan-manager", Namespace: localenv.KymaNamespace}}}
+		for _, o := range []client.Object{role, binding} {
+			Expect(env.KCP().Create(ctx, o)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, o))).To(Succeed()) })
+		}
+		orphan, err := ms.KCPAs(user)
+		Expect(err).NotTo(HaveOccurred())
+		sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: "e2e-orphaned", Namespace: localenv.KymaNamespace},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{item("x", configMapJSON("e2e-orphaned"))}}}
+		// Recording somebody else as the writer is refused by the KCP.
+		forged := sr.DeepCopy()
+		forged.Annotations = map[string]string{v1alpha1.AnnotationWrittenBy: "system:serviceaccount:kcp-system:sample-module-manager"}
+		err = orphan.Create(ctx, forged)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a SyncResource recording another writer: %v", err)
+		sr.Annotations = map[string]string{v1alpha1.AnnotationWrittenBy: user}
+		Expect(orphan.Create(ctx, sr)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, sr))).To(Succeed())
+			Eventually(func() error { return env.KCP().Get(ctx, client.ObjectKeyFromObject(sr), &v1alpha1.SyncResource{}) }).
+				WithTimeout(within).Should(Satisfy(apierrors.IsNotFound))
+		})
+		refused := func(g Gomega) {
+			got := &v1alpha1.SyncResource{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(sr), got)).To(Succeed())
+			g.Expect(got.Status.Items).To(ConsistOf(SatisfyAll(HaveField("Name", "x"), HaveField("State", v1alpha1.ItemRefused),
+				HaveField("Message", ContainSubstring("whom ModuleGrant kcp-system/sample does not name")))))
+			c := meta.FindStatusCondition(got.Status.Conditions, "Synced")
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal("WriterNotGranted"))
+		}
+		Eventually(refused).WithTimeout(within).Should(Succeed())
+		absent := func() bool {
+			return apierrors.IsNotFound(env.SKR().Get(ctx, client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "e2e-orphaned"}, &corev1.ConfigMap{}))
+		}
+		Expect(absent()).To(BeTrue(), "the orphan's ConfigMap reached the SKR")
+
+		By("installing the orphan's own grant: its SyncResource of module sample stays inert")
+		grant := &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "e2e-orphan", Namespace: localenv.KymaNamespace},
+			Spec: v1alpha1.ModuleGrantSpec{Managers: []string{user}, Kinds: []v1alpha1.GrantedKind{{Kind: "ConfigMap"}}, Namespaces: []string{localenv.SKRNamespace}}}
+		Expect(env.KCP().Create(ctx, grant)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, grant))).To(Succeed()) })
+		Consistently(func(g Gomega) { refused(g); g.Expect(absent()).To(BeTrue()) }).WithTimeout(3 * localenv.DriftInterval).Should(Succeed())
+
+		By("taking a grant's manager away: what it wrote stops being applied")
+		mine := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own", Namespace: localenv.KymaNamespace,
+			Annotations: map[string]string{v1alpha1.AnnotationWrittenBy: user}},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: "e2e-orphan", Items: []v1alpha1.SyncItem{item("own", configMapJSON("e2e-own"))}}}
+		Eventually(func() error { return orphan.Create(ctx, mine) }).WithTimeout(within).Should(Succeed()) // the policy takes up the new grant
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, mine))).To(Succeed())
+			Eventually(func() error { return env.KCP().Get(ctx, client.ObjectKeyFromObject(mine), &v1alpha1.SyncResource{}) }).
+				WithTimeout(within).Should(Satisfy(apierrors.IsNotFound))
+		})
+		own := client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "e2e-own"}
+		Eventually(func() error { return env.SKR().Get(ctx, own, &corev1.ConfigMap{}) }).WithTimeout(within).Should(Succeed())
+		Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(grant), grant)).To(Succeed())
+		grant.Spec.Managers = nil
+		Expect(env.KCP().Update(ctx, grant)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &v1alpha1.SyncResource{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(mine), got)).To(Succeed())
+			g.Expect(meta.FindStatusCondition(got.Status.Conditions, "Synced")).To(HaveField("Reason", "WriterNotGranted"))
+		}).WithTimeout(within).Should(Succeed())
+		// Drift in the runtime is no longer corrected: the SyncResource is inert.
+		cm := &corev1.ConfigMap{}
+		Expect(env.SKR().Get(ctx, own, cm)).To(Succeed())
+		cm.Data = map[string]string{"k": "changed-in-the-runtime"}
+		Expect(env.SKR().Update(ctx, cm)).To(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(env.SKR().Get(ctx, own, cm)).To(Succeed())
+			g.Expect(cm.Data["k"]).To(Equal("changed-in-the-runtime"))
+		}).WithTimeout(3 * localenv.DriftInterval).Should(Succeed())
+		Expect(client.IgnoreNotFound(env.SKR().Delete(ctx, cm))).To(Succeed())
 	})
 
 	It("refuses retargeting a SyncResource's spec.kyma to another runtime", func(ctx SpecContext) {
@@ -199,3 +320,12 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 		}
 	})
 })
+
+// writtenBy is the annotation every SyncResource carries (the writer
+// policy of manifests/kcp): c's own user name, which module-sync of the
+// local environment takes as a platform writer (--platform-writers).
+func writtenBy(ctx context.Context, c client.Client) map[string]string {
+	self := &authenticationv1.SelfSubjectReview{}
+	Expect(c.Create(ctx, self)).To(Succeed())
+	return map[string]string{v1alpha1.AnnotationWrittenBy: self.Status.UserInfo.Username}
+}

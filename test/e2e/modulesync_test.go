@@ -159,7 +159,7 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 	Context("with bad input", func() {
 		It("reports each bad item, applies the others and does not retry hot", func(ctx SpecContext) {
 			sr := &v1alpha1.SyncResource{
-				ObjectMeta: metav1.ObjectMeta{Name: "e2e-bad-items", Namespace: localenv.KymaNamespace},
+				ObjectMeta: metav1.ObjectMeta{Name: "e2e-bad-items", Namespace: localenv.KymaNamespace, Annotations: writtenBy(ctx, env.KCP())},
 				Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{
 					item("good", configMapJSON("e2e-good")),
 					item("invalid", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"kyma-system"}}`),
@@ -213,7 +213,7 @@ current-context: c
 			kyma.SetNamespace(localenv.KymaNamespace)
 			kyma.SetName(id)
 			sr := &v1alpha1.SyncResource{
-				ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: localenv.KymaNamespace},
+				ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: localenv.KymaNamespace, Annotations: writtenBy(ctx, env.KCP())},
 				Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{
 					item("a", configMapJSON("e2e-a")), item("b", configMapJSON("e2e-b")),
 				}},

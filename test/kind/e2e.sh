@@ -159,7 +159,7 @@ retry() {
 }
 
 create_cluster() {
-	local name="$1" config="$2"
+	local name="$1" config="$2" image="$3"
 	if kind get clusters 2>/dev/null | grep -qx "$name"; then
 		if [[ "$REUSE" == 1 ]]; then
 			log "reusing kind cluster $name (E2E_KIND_REUSE=1)"
@@ -168,8 +168,8 @@ create_cluster() {
 		log "deleting the existing kind cluster $name (E2E_KIND_REUSE=1 would keep it)"
 		kind delete cluster --name "$name"
 	fi
-	log "creating kind cluster $name ($KIND_NODE_IMAGE)"
-	kind create cluster --config "$config" --image "$KIND_NODE_IMAGE" --wait 5m
+	log "creating kind cluster $name ($image)"
+	kind create cluster --config "$config" --image "$image" --wait 5m
 }
 
 write_kubeconfigs() {
@@ -331,8 +331,8 @@ main() {
 	resolve_istio
 	case "$CLEANUP" in always | on-success | never) ;; *) die "E2E_KIND_CLEANUP=$CLEANUP: want on-success, always or never" ;; esac
 	trap on_exit EXIT
-	create_cluster "$KCP_CLUSTER" "$KCP_CONFIG"
-	create_cluster "$SKR_CLUSTER" "$SKR_CONFIG"
+	create_cluster "$KCP_CLUSTER" "$KCP_CONFIG" "$KIND_KCP_NODE_IMAGE"
+	create_cluster "$SKR_CLUSTER" "$SKR_CONFIG" "$KIND_SKR_NODE_IMAGE"
 	write_kubeconfigs
 	install_cert_manager
 	build_and_load_istiod

@@ -86,7 +86,7 @@ case "$1 $2" in
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--config) check_path "$2"; shift ;;
-		--image) [ "$2" = "$STUB_WANT_NODE_IMAGE" ] || { echo "kind double: image $2, want $STUB_WANT_NODE_IMAGE" >&2; exit 3; }; shift ;;
+		--image) case " $STUB_WANT_NODE_IMAGES " in *" $2 "*) ;; *) echo "kind double: image $2, want one of $STUB_WANT_NODE_IMAGES" >&2; exit 3 ;; esac; shift ;;
 		esac
 		shift
 	done ;;
@@ -101,7 +101,7 @@ for a in "$@"; do
 	prev="$a"
 done
 case " $* " in
-*" version --client "*) echo "Client Version: v1.34.2" ;;
+*" version --client "*) echo "Client Version: $STUB_KUBECTL_VERSION" ;;
 *" create secret "*) printf 'apiVersion: v1\nkind: Secret\n' ;;
 *" apply -f - "*) cat >/dev/null ;;
 esac
@@ -199,7 +199,8 @@ func runScript(t *testing.T, tools []string, extraEnv ...string) run {
 		"STUB_LOG=" + logFile,
 		"STUB_REAL_MAKE=" + realMake,
 		"STUB_REAL_GO=" + realGo,
-		"STUB_WANT_NODE_IMAGE=" + versions(t)["KIND_NODE_IMAGE"],
+		"STUB_WANT_NODE_IMAGES=" + versions(t)["KIND_KCP_NODE_IMAGE"] + " " + versions(t)["KIND_SKR_NODE_IMAGE"],
+		"STUB_KUBECTL_VERSION=" + versions(t)["KUBECTL_VERSION"],
 		"E2E_KIND_DIR=" + filepath.Join(dir, "work"),
 	}, append(goEnv(t), extraEnv...)...)
 	var stderr bytes.Buffer
@@ -299,8 +300,8 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 	istiod := "runtime-watcher/pilot:" + istioVersion
 	inOrder(t, r.log,
 		"docker info",
-		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/kcp-cluster.yaml")+" --image "+v["KIND_NODE_IMAGE"],
-		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/skr-cluster.yaml")+" --image "+v["KIND_NODE_IMAGE"],
+		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/kcp-cluster.yaml")+" --image "+v["KIND_KCP_NODE_IMAGE"],
+		"kind create cluster --config "+filepath.Join(repoRoot(t), "test/kind/skr-cluster.yaml")+" --image "+v["KIND_SKR_NODE_IMAGE"],
 		"kind get kubeconfig --internal --name runtime-watcher-skr",
 		"https://github.com/cert-manager/cert-manager/releases/download/"+v["CERT_MANAGER_VERSION"]+"/cert-manager.yaml",
 		// The istiod of make run and make test, as an image, in the KCP ...

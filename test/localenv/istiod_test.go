@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,7 +68,7 @@ func TestIstiodGatewayXDS(t *testing.T) {
 	}))
 	w := SampleWatcher()
 	must(t, c.Create(ctx, w))
-	r := &routing.Reconciler{Client: c, Recorder: record.NewFakeRecorder(100), GatewayNamespace: GatewayNamespace}
+	r := &routing.Reconciler{Client: c, Recorder: events.NewFakeRecorder(100), GatewayNamespace: GatewayNamespace}
 	for range 5 { // finalizer, then the VirtualService
 		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(w)})
 		must(t, err)

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -71,27 +73,67 @@ func SyncResourcePolicyPath() string {
 	return filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "syncresource-policy.yaml")
 }
 
-// installSyncResourcePolicy creates the policy of SyncResourcePolicyPath in
-// the KCP, as manifests/kcp/base does in production.
+// SyncResourceWriterPolicyPath is the ValidatingAdmissionPolicy (and its
+// binding) that makes every SyncResource record who wrote its spec.
+func SyncResourceWriterPolicyPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "syncresource-writer-policy.yaml")
+}
+
+// installSyncResourcePolicy creates the policies of SyncResourcePolicyPath
+// and SyncResourceWriterPolicyPath in the KCP, as manifests/kcp/base does
+// in production.
 func (s *System) installSyncResourcePolicy(ctx context.Context) error {
-	b, err := os.ReadFile(SyncResourcePolicyPath())
-	if err != nil {
-		return err
-	}
-	docs := strings.Split(string(b), "\n---\n")
-	if len(docs) != 2 {
-		return fmt.Errorf("%s: want the policy and its binding, got %d documents", SyncResourcePolicyPath(), len(docs))
-	}
-	policy, binding := &admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	for i, into := range []client.Object{policy, binding} {
-		if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
-			return fmt.Errorf("%s: %w", SyncResourcePolicyPath(), err)
-		}
-		if err := s.KCP.Client.Create(ctx, into); err != nil && !apierrors.IsAlreadyExists(err) {
+	for _, path := range []string{SyncResourcePolicyPath(), SyncResourceWriterPolicyPath()} {
+		b, err := os.ReadFile(path)
+		if err != nil {
 			return err
+		}
+		docs := strings.Split(string(b), "\n---\n")
+		if len(docs) != 2 {
+			return fmt.Errorf("%s: want the policy and its binding, got %d documents", path, len(docs))
+		}
+		policy, binding := &admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		for i, into := range []client.Object{policy, binding} {
+			if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if err := s.KCP.Client.Create(ctx, into); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// platformWriters are the KCP users module-sync applies SyncResources of
+// without a grant naming them (--platform-writers): the admin user of the
+// local KCP, as the processes (the example module manager) and the test
+// client act.
+func (s *System) platformWriters(ctx context.Context) (string, error) {
+	var users []string
+	for _, c := range []client.Client{s.KCP.Client} {
+		self := &authenticationv1.SelfSubjectReview{}
+		if err := c.Create(ctx, self); err != nil {
+			return "", fmt.Errorf("SelfSubjectReview: %w", err)
+		}
+		users = append(users, self.Status.UserInfo.Username)
+	}
+	kubeconfig, err := clientcmd.BuildConfigFromFlags("", s.KCP.KubeconfigPath)
+	if err != nil {
+		return "", err
+	}
+	c, err := client.New(kubeconfig, client.Options{Scheme: s.KCP.Client.Scheme()})
+	if err != nil {
+		return "", err
+	}
+	self := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, self); err != nil {
+		return "", fmt.Errorf("SelfSubjectReview: %w", err)
+	}
+	if u := self.Status.UserInfo.Username; u != users[0] {
+		users = append(users, u)
+	}
+	return strings.Join(users, ","), nil
 }
 
 // installSampleCRD installs the demo Module CRD in the SKR and waits until
@@ -127,7 +169,11 @@ func (s *System) installSampleCRD(ctx context.Context) error {
 // startModuleSync starts module-sync (listening on listen) and the example
 // module manager.
 func (s *System) startModuleSync(ctx context.Context, binaries map[string]string, listen, health, metrics, mmHealth string) error {
-	p, err := s.start("module-sync", binaries["module-sync"], nil, nil,
+	writers, err := s.platformWriters(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := s.start("module-sync", binaries["module-sync"], nil, nil, "--platform-writers", writers,
 		"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", listen,
 		"--health-probe-bind-address", health, "--metrics-bind-address", metrics,
 		"--kyma-namespace", KymaNamespace, "--manager", ModuleSyncManager,

@@ -516,6 +516,10 @@ func (noSubResource) Patch(context.Context, client.Object, client.Patch, ...clie
 	return unsupported("subresources")
 }
 
+func (noSubResource) Apply(context.Context, runtime.ApplyConfiguration, ...client.SubResourceApplyOption) error {
+	return unsupported("subresources")
+}
+
 func (c *Cluster) toUnstructured(obj client.Object) (*unstructured.Unstructured, error) {
 	gvk, err := c.gvkOf(obj)
 	if err != nil {

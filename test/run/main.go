@@ -44,7 +44,10 @@ import (
 // are, and the runner's pid.
 const (
 	envRealAssets = "RUNTIME_WATCHER_RUN_REAL_ASSETS"
-	envRunnerPID  = "RUNTIME_WATCHER_RUN_PID"
+	// The real SKR kube-apiserver's folder (testenv.SKRAssetsDir): a shim
+	// started from the "assets-skr" folder execs that one.
+	envRealSKRAssets = "RUNTIME_WATCHER_RUN_REAL_SKR_ASSETS"
+	envRunnerPID     = "RUNTIME_WATCHER_RUN_PID"
 )
 
 func main() {
@@ -68,6 +71,10 @@ func run(interval time.Duration) (err error) {
 	defer stop()
 
 	realAssets, err := testenv.AssetsDir()
+	if err != nil {
+		return err
+	}
+	realSKRAssets, err := testenv.SKRAssetsDir()
 	if err != nil {
 		return err
 	}
@@ -112,7 +119,7 @@ func run(interval time.Duration) (err error) {
 	if err := os.Setenv("TMPDIR", filepath.Join(dir, "tmp")); err != nil {
 		return err
 	}
-	if err := installShims(dir, realAssets); err != nil {
+	if err := installShims(dir, realAssets, realSKRAssets); err != nil {
 		return err
 	}
 
@@ -211,30 +218,42 @@ func receivedLine(ev localenv.ReceivedEvent, written time.Time) string {
 		at, ev.RuntimeID, ev.GVK.Kind, ev.Watched.Namespace, ev.Watched.Name, ev.GVK.Group, ev.GVK.Version, latency)
 }
 
+// skrShims is the folder of the SKR's kube-apiserver shim, beside "assets".
+const skrShims = "assets-skr"
+
 // installShims points envtest (KUBEBUILDER_ASSETS) at <dir>/assets, where
 // every binary testenv runs from there (testenv.AssetBinaries:
-// kube-apiserver, etcd, kube-controller-manager) is a link to this program:
-// started under one of those names, it makes itself die with the runner and
-// execs the real binary (apiServerShim). envtest offers no other way to set
-// the parent-death signal on the processes it starts.
-func installShims(dir, realAssets string) error {
+// kube-apiserver, etcd, kube-controller-manager) is a link to this program,
+// and testenv's SKR API server (SKR_KUBEBUILDER_ASSETS) at
+// <dir>/assets-skr/kube-apiserver, another link: started under one of those
+// names, it makes itself die with the runner and execs the real binary
+// (apiServerShim). envtest offers no other way to set the parent-death
+// signal on the processes it starts.
+func installShims(dir, realAssets, realSKRAssets string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	shims := filepath.Join(dir, "assets")
-	if err := os.MkdirAll(shims, 0o755); err != nil {
-		return err
+	shims, skr := filepath.Join(dir, "assets"), filepath.Join(dir, skrShims)
+	for _, d := range []string{shims, skr} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
 	}
 	for _, name := range testenv.AssetBinaries {
 		if err := os.Symlink(self, filepath.Join(shims, name)); err != nil {
 			return err
 		}
 	}
+	if err := os.Symlink(self, filepath.Join(skr, "kube-apiserver")); err != nil {
+		return err
+	}
 	for k, v := range map[string]string{
-		envRealAssets:        realAssets,
-		envRunnerPID:         strconv.Itoa(os.Getpid()),
-		"KUBEBUILDER_ASSETS": shims,
+		envRealAssets:            realAssets,
+		envRealSKRAssets:         realSKRAssets,
+		envRunnerPID:             strconv.Itoa(os.Getpid()),
+		"KUBEBUILDER_ASSETS":     shims,
+		"SKR_KUBEBUILDER_ASSETS": skr,
 	} {
 		if err := os.Setenv(k, v); err != nil {
 			return err
@@ -254,7 +273,11 @@ func apiServerShim() error {
 	if err != nil {
 		return fmt.Errorf("%s shim: %s: %w", name, envRunnerPID, err)
 	}
-	real := filepath.Join(os.Getenv(envRealAssets), name)
+	realDir := os.Getenv(envRealAssets)
+	if filepath.Base(filepath.Dir(os.Args[0])) == skrShims {
+		realDir = os.Getenv(envRealSKRAssets)
+	}
+	real := filepath.Join(realDir, name)
 	return localenv.ExecDyingWithParent(real, append([]string{real}, os.Args[1:]...), parent)
 }
 

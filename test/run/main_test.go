@@ -42,11 +42,11 @@ func TestReceivedLine(t *testing.T) {
 // testenv runs from its assets folder (kube-controller-manager was once
 // missing: make run stopped with "kube-controller-manager not found").
 func TestShimsCoverEveryAsset(t *testing.T) {
-	for _, k := range []string{envRealAssets, envRunnerPID, "KUBEBUILDER_ASSETS"} {
+	for _, k := range []string{envRealAssets, envRealSKRAssets, envRunnerPID, "KUBEBUILDER_ASSETS", "SKR_KUBEBUILDER_ASSETS"} {
 		t.Setenv(k, "") // restored after the test; installShims sets them
 	}
 	dir := t.TempDir()
-	if err := installShims(dir, "/real/assets"); err != nil {
+	if err := installShims(dir, "/real/assets", "/real/skr-assets"); err != nil {
 		t.Fatal(err)
 	}
 	assets, err := testenv.AssetsDir()
@@ -60,5 +60,12 @@ func TestShimsCoverEveryAsset(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(assets, name)); err != nil {
 			t.Errorf("no shim for %s: %v", name, err)
 		}
+	}
+	skr, err := testenv.SKRAssetsDir()
+	if err != nil {
+		t.Fatalf("no shim for the SKR's kube-apiserver: %v", err)
+	}
+	if want := filepath.Join(dir, skrShims); skr != want {
+		t.Fatalf("testenv.SKRAssetsDir() = %s, want the shims' %s", skr, want)
 	}
 }

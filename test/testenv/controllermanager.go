@@ -38,6 +38,11 @@ func (c *Cluster) StartControllerManager() error {
 	if c.kcm != nil {
 		return errors.New("testenv: kube-controller-manager already started")
 	}
+	if IsSKR(c.Name) {
+		// It is the KCP's version, newer than an SKR's API server: a skew
+		// Kubernetes does not support.
+		return fmt.Errorf("testenv: kube-controller-manager v%s runs against the KCP, not SKR %q (v%s)", KubernetesVersion, c.Name, SKRKubernetesVersion)
+	}
 	assets, err := AssetsDir()
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -29,9 +30,21 @@ import (
 	watcherv1beta2 "github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 )
 
-// KubernetesVersion is the version of kube-apiserver that `make
-// envtest-assets` builds; it matches the k8s.io client libraries in go.mod.
-const KubernetesVersion = "1.34.2"
+// KubernetesVersion is the KCP's Kubernetes: the kube-apiserver,
+// kube-controller-manager and etcd that `make envtest-assets` builds
+// (Makefile K8S_VERSION); it matches the k8s.io client libraries in go.mod.
+const KubernetesVersion = "1.36.3"
+
+// SKRKubernetesVersion is the SKR's Kubernetes: the oldest minor an SKR may
+// run (docs/deploying.md, "Versions"), two minors below the KCP's. Every
+// cluster whose name starts with "skr" runs the kube-apiserver of this
+// version (Makefile SKR_K8S_VERSION), so an old SKR stands beside a new KCP
+// in every suite.
+const SKRKubernetesVersion = "1.34.2"
+
+// IsSKR reports whether a cluster of that name is an SKR (it runs
+// SKRKubernetesVersion's API server): its name starts with "skr".
+func IsSKR(name string) bool { return strings.HasPrefix(name, "skr") }
 
 var (
 	schemeOnce sync.Once
@@ -77,6 +90,21 @@ func AssetsDir() (string, error) {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("%s not found in %s: run `make envtest-assets` to build it from source", b, dir)
 		}
+	}
+	return dir, nil
+}
+
+// SKRAssetsDir is where the SKR's kube-apiserver is:
+// $SKR_KUBEBUILDER_ASSETS when set, else bin/k8s-skr/<SKRKubernetesVersion>
+// in the repository (apart from the KCP's complete asset set in bin/k8s/).
+// The SKR's etcd is the KCP's, from AssetsDir.
+func SKRAssetsDir() (string, error) {
+	dir := os.Getenv("SKR_KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "bin", "k8s-skr", SKRKubernetesVersion)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		return "", fmt.Errorf("the SKR's kube-apiserver (v%s) not found in %s: run `make envtest-assets` to build it from source", SKRKubernetesVersion, dir)
 	}
 	return dir, nil
 }
@@ -163,6 +191,13 @@ func startCluster(name, assets, dir string) (*Cluster, error) {
 		CRDDirectoryPaths:     CRDDirs(),
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
+	}
+	if IsSKR(name) {
+		skr, err := SKRAssetsDir()
+		if err != nil {
+			return nil, err
+		}
+		env.ControlPlane.GetAPIServer().Path = filepath.Join(skr, "kube-apiserver")
 	}
 	cfg, err := env.Start()
 	if err != nil {

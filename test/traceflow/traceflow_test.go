@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -143,35 +142,48 @@ func TestOneWriteToOperator(t *testing.T) {
 	_, reconcile := tp.Tracer("operator").Start(listener.ContextWithEvent(ctx, ev), "operator reconcile")
 	reconcile.End()
 
-	// The spans of the event's trace; the send span ends once the answer
-	// is back at the sender, which may be after the operator got the event.
+	// The SKR's trace ends at the sender: the KCP starts its own traces,
+	// linked to the sender's span (issue 33: a traceparent from a runtime
+	// is a link, never a parent). The send span ends once the answer is back
+	// at the sender, which may be after the operator got the event.
+	// The event's spans: the listener's (the event's span context), the
+	// sender's (its link), the Check linked to the same sender span.
+	if !ev.Link.IsValid() || !ev.SpanContext.IsValid() {
+		t.Fatalf("event span context %v, link %v: want both", ev.SpanContext, ev.Link)
+	}
 	byName := map[string]sdktrace.ReadOnlySpan{}
 	gomega.NewWithT(t).Eventually(func() []string {
 		for _, s := range rec.Ended() {
-			if s.SpanContext().TraceID() == ev.SpanContext.TraceID() {
+			linked := len(s.Links()) == 1 && s.Links()[0].SpanContext.SpanID() == ev.Link.SpanID()
+			switch {
+			case s.SpanContext().SpanID() == ev.Link.SpanID(), s.SpanContext().SpanID() == ev.SpanContext.SpanID(),
+				s.Name() == "ext-authz Check" && linked, s.Name() == "operator reconcile":
 				byName[s.Name()] = s
 			}
 		}
 		return keys(byName)
 	}).WithTimeout(10 * time.Second).Should(gomega.ConsistOf("skr-webhook send event", "ext-authz Check", "listener receive event", "operator reconcile"))
 	send, check, receive, op := byName["skr-webhook send event"], byName["ext-authz Check"], byName["listener receive event"], byName["operator reconcile"]
-	traceID := send.SpanContext().TraceID()
 	for _, step := range []struct {
-		name   string
-		span   sdktrace.ReadOnlySpan
-		parent trace.SpanContext
-	}{
-		{"ext-authz Check", check, send.SpanContext()},
-		{"listener receive", receive, send.SpanContext()},
-		{"operator reconcile", op, receive.SpanContext()},
-	} {
-		if step.span.SpanContext().TraceID() != traceID || step.span.Parent().SpanID() != step.parent.SpanID() {
-			t.Errorf("%s: span %s parent %s, want trace %s parent %s", step.name, step.span.SpanContext().SpanID(),
-				step.span.Parent().SpanID(), traceID, step.parent.SpanID())
+		name string
+		span sdktrace.ReadOnlySpan
+	}{{"ext-authz Check", check}, {"listener receive", receive}} {
+		if step.span.SpanContext().TraceID() == send.SpanContext().TraceID() || step.span.Parent().IsValid() {
+			t.Errorf("%s: span %v parent %v, want the root of a new trace", step.name, step.span.SpanContext(), step.span.Parent())
 		}
+		if l := step.span.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != send.SpanContext().SpanID() ||
+			l[0].SpanContext.TraceID() != send.SpanContext().TraceID() {
+			t.Errorf("%s: links %v, want the sender's span %v", step.name, l, send.SpanContext())
+		}
+	}
+	if op.SpanContext().TraceID() != receive.SpanContext().TraceID() || op.Parent().SpanID() != receive.SpanContext().SpanID() {
+		t.Errorf("operator reconcile: span %v parent %v, want a child of the listener's span %v", op.SpanContext(), op.Parent(), receive.SpanContext())
 	}
 	if ev.SpanContext.SpanID() != receive.SpanContext().SpanID() {
 		t.Errorf("event span context %v, want the listener's span %v", ev.SpanContext, receive.SpanContext())
+	}
+	if ev.Link.SpanID() != send.SpanContext().SpanID() || len(listener.Links(ev)) != 1 {
+		t.Errorf("event link %v, want the sender's span %v", ev.Link, send.SpanContext())
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 )
 
@@ -30,16 +31,16 @@ const (
 	LMManagedByValue = "kyma"
 	// LMMetricsServiceName, LMPriorityClassName: LM's objects that have no
 	// counterpart in our bundle.
-	LMMetricsServiceName = "skr-webhook-metrics"
-	LMPriorityClassName  = "skr-webhook-priority"
+	LMMetricsServiceName = skr.LMMetricsServiceName
+	LMPriorityClassName  = skr.LMPriorityClassName
 
 	// TakeoverName is the Deployment vs-controller runs beside LM's
 	// skr-webhook while it takes over (LM's Deployment selector is
 	// immutable and differs from ours); TakeoverSecretName its Secret
 	// (LM's skr-webhook-tls is Opaque, ours kubernetes.io/tls; type is
 	// immutable). Both go once our skr-webhook Deployment is ready.
-	TakeoverName       = "skr-webhook-takeover"
-	TakeoverSecretName = "skr-webhook-takeover-tls"
+	TakeoverName       = skr.TakeoverName
+	TakeoverSecretName = skr.TakeoverSecretName
 	// TakeoverPodLabel marks the take-over pods (their Deployment's
 	// selector); they also carry our pod labels, so the skr-webhook
 	// Service sends to them.
@@ -47,12 +48,7 @@ const (
 )
 
 // LMNetworkPolicyNames are LM's NetworkPolicies in the SKR.
-var LMNetworkPolicyNames = []string{
-	"kyma-project.io--seed-to-watcher",
-	"kyma-project.io--watcher-to-apiserver",
-	"kyma-project.io--metrics-to-watcher",
-	"kyma-project.io--watcher-to-dns",
-}
+var LMNetworkPolicyNames = skr.LMNetworkPolicyNames
 
 // NetworkPolicyGVK: LM applies four, our bundle one (NetworkPolicyName);
 // PriorityClassGVK: a kind only LM applies.

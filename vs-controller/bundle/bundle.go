@@ -35,9 +35,9 @@ import (
 // Names of the SKR objects (docs/architecture.md §4.3).
 const (
 	// Name of the Deployment, Service and ValidatingWebhookConfiguration.
-	Name = "skr-webhook"
+	Name = skr.WebhookName
 	// SecretName is the Secret holding ca.crt, tls.crt and tls.key.
-	SecretName = "skr-webhook-tls"
+	SecretName = skr.SecretName
 	// DefaultNamespace is the SKR namespace of the bundle.
 	DefaultNamespace = "kyma-system"
 	// ServicePort is the port of the skr-webhook Service.

@@ -17,7 +17,7 @@ import (
 // PodDisruptionBudget of the two webhook replicas and the managers file.
 const (
 	// ManagersConfigMapName is the ConfigMap holding the managers file.
-	ManagersConfigMapName = "skr-webhook-managers"
+	ManagersConfigMapName = skr.ManagersConfigMapName
 	// ManagersKey is its key: one manager name per line, sorted, each
 	// followed by " heartbeats" (contract.ManagerHeartbeats) when the
 	// manager opted in to heartbeats, and a newline. The Deployment mounts

@@ -16,6 +16,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -33,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
@@ -124,6 +126,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 			runtimes.NewKyma():           {Namespaces: inKymaNS},
 			&corev1.Secret{}:             {Namespaces: inKymaNS, Label: ours},
 			&certmanagerv1.Certificate{}: {Namespaces: inKymaNS},
+			&rbacv1.Role{}:               {Namespaces: inKymaNS},
 		}},
 	})
 	if err != nil {
@@ -131,7 +134,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	rec := &routing.Reconciler{
 		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
+		Recorder:                mgr.GetEventRecorder("vs-controller"),
 		GatewayNamespace:        o.GatewayNamespace,
 		MaxConcurrentReconciles: o.WatcherWorkers,
 	}
@@ -149,7 +152,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		KubeconfigRetry:         o.KubeconfigRetry,
-		Recorder:                mgr.GetEventRecorderFor("vs-controller"),
+		Recorder:                mgr.GetEventRecorder("vs-controller"),
 		Clients:                 clients,
 		KymaNamespace:           o.KymaNamespace,
 		Issuer:                  o.Issuer,
@@ -167,6 +170,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	if err := rr.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("runtime controller: %w", err)
+	}
+	// module-sync reads exactly the runtimes' kubeconfig Secrets.
+	if err := (&kubeconfigs.Reconciler{Client: mgr.GetClient(), KymaNamespace: o.KymaNamespace}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("module-sync kubeconfig access controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err

@@ -240,7 +240,7 @@ var _ = Describe("vs-controller on a KCP that Lifecycle Manager set up", Ordered
 		})
 		Expect(err).NotTo(HaveOccurred())
 		Expect((&routing.Reconciler{
-			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("vs-controller"), GatewayNamespace: gatewayNamespace,
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vs-controller"), GatewayNamespace: gatewayNamespace,
 		}).SetupWithManager(mgr)).To(Succeed())
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := make(chan struct{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"time"
 
@@ -13,9 +14,12 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
@@ -264,6 +269,108 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Expect(kcp.Client.Delete(ctx, thief)).To(Succeed())
 		Expect(kcp.Client.Delete(ctx, other)).To(Succeed())
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+	})
+
+	// Issue 33: the loser of a route conflict writes its own status
+	// (watchers/status) to claim the route; whether it holds one comes from
+	// vs-controller's VirtualServices alone, and routing puts its condition
+	// back.
+	It("gives a Watcher that lost its route no webhook even when it forges its status, and puts the status back", Label("adversary"), func(ctx SpecContext) {
+		suffix := rand.String(5)
+		sel := map[string]string{"gateway-set": "forged-" + suffix}
+		Expect(kcp.Client.Create(ctx, newGateway("forged-"+suffix, sel, "forged.example.com"))).To(Succeed())
+		manager := "forged-operator-" + suffix
+		owner := newWatcher(watcherNS, "forged-owner", manager, sel)
+		Expect(kcp.Client.Create(ctx, owner)).To(Succeed())
+		ownerHook := watcherNS + ".forged-owner.operator.kyma-project.io"
+		Eventually(webhookNames(ctx)).Should(ContainElement(ownerHook))
+
+		thiefNS := newNamespace(ctx, "team-f")
+		thief := newWatcher(thiefNS, "forger", manager, sel)
+		thiefHook := thiefNS + ".forger.operator.kyma-project.io"
+		Eventually(func() bool { return time.Now().Truncate(time.Second).After(owner.CreationTimestamp.Time) }).
+			WithTimeout(3 * time.Second).Should(BeTrue())
+		Expect(kcp.Client.Create(ctx, thief)).To(Succeed())
+		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(
+			HaveField("Reason", routing.ReasonRouteConflict))))
+
+		By("forging VirtualServiceReady=True for the current generation, again and again")
+		forge := func(ctx context.Context) error {
+			w := &v1beta2.Watcher{}
+			if err := kcp.Client.Get(ctx, client.ObjectKeyFromObject(thief), w); err != nil {
+				return err
+			}
+			base := w.DeepCopy()
+			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue,
+				Reason: routing.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
+			w.Status.State = v1beta2.StateReady
+			return kcp.Client.Status().Patch(ctx, w, client.MergeFrom(base))
+		}
+		Expect(forge(ctx)).To(Succeed())
+		forging, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for forging.Err() == nil {
+				_ = forge(forging) // routing puts it back; the forger insists
+			}
+		}()
+		// Runtime passes while the forgery stands (other Watchers'
+		// changes) must not give the forger a webhook.
+		for i := range 3 {
+			later := newWatcher(watcherNS, fmt.Sprintf("after-forgery-%d", i), fmt.Sprintf("after-forgery-%d-%s", i, suffix), map[string]string{"x": "y"})
+			Expect(kcp.Client.Create(ctx, later)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(kcp.Client.Delete(ctx, later))).To(Succeed()) })
+			Eventually(webhookNames(ctx)).Should(ContainElement(later.WebhookName()))
+			Expect(webhookNames(ctx)()).To(And(ContainElement(ownerHook), Not(ContainElement(thiefHook))))
+		}
+		Consistently(webhookNames(ctx)).WithTimeout(2 * time.Second).Should(Not(ContainElement(thiefHook)))
+		stop()
+		<-done
+		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(And(
+			HaveField("Type", routing.ConditionVirtualService), HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", routing.ReasonRouteConflict)))))
+
+		for _, w := range []*v1beta2.Watcher{thief, owner} {
+			Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
+		}
+	})
+
+	// Issue 33: module-sync's RBAC read every Secret in kcp-system. Now
+	// vs-controller keeps the Role module-sync-kubeconfigs to get on
+	// exactly the Kymas' kubeconfig Secrets, and module-sync (bound to it as
+	// manifests/kcp/base/module-sync-rbac.yaml binds it) reads nothing else.
+	It("lets module-sync read only the runtimes' kubeconfig Secrets (Role module-sync-kubeconfigs)", Label("adversary"), func(ctx SpecContext) {
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: kubeconfigs.RoleName, Namespace: kymaNS},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: kubeconfigs.RoleName},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "module-sync", Namespace: kymaNS}}}
+		Expect(client.IgnoreAlreadyExists(kcp.Client.Create(ctx, binding))).To(Succeed())
+		can := func(verb, name string) bool {
+			GinkgoHelper()
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "system:serviceaccount:" + kymaNS + ":module-sync", Groups: []string{"system:serviceaccounts", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: kymaNS, Verb: verb, Resource: "secrets", Name: name}}}
+			Expect(kcp.Client.Create(ctx, sar)).To(Succeed())
+			return sar.Status.Allowed
+		}
+		Eventually(func() bool { return can("get", skrclient.SecretName(runtimeID)) }).Should(BeTrue())
+		Expect(can("get", issuerName)).To(BeFalse(), "another Secret of kcp-system")
+		Expect(can("get", runtimeID+"-webhook-tls")).To(BeFalse(), "the runtime certificate's Secret")
+		Expect(can("list", "")).To(BeFalse())
+		Expect(can("watch", "")).To(BeFalse())
+
+		By("a new Kyma's kubeconfig becomes readable, a removed one's not; an edit of the Role is repaired")
+		other := newKyma("kyma-kubeconfig-rbac", "runtime-kubeconfig-rbac", "")
+		Expect(kcp.Client.Create(ctx, other)).To(Succeed())
+		Eventually(func() bool { return can("get", skrclient.SecretName("runtime-kubeconfig-rbac")) }).Should(BeTrue())
+		role := &rbacv1.Role{}
+		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: kubeconfigs.RoleName}, role)).To(Succeed())
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list"}})
+		Expect(kcp.Client.Update(ctx, role)).To(Succeed())
+		Eventually(func() bool { return can("list", "") }).Should(BeFalse())
+		Expect(kcp.Client.Delete(ctx, other)).To(Succeed())
+		Eventually(func() bool { return can("get", skrclient.SecretName("runtime-kubeconfig-rbac")) }).Should(BeFalse())
+		Expect(can("get", skrclient.SecretName(runtimeID))).To(BeTrue())
 	})
 
 	It("re-applies a rotated certificate", func(ctx SpecContext) {

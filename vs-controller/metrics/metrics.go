@@ -92,6 +92,14 @@ var (
 		Name: "trust_store_refused_total",
 		Help: "Certificates in a trust store ConfigMap not admitted to the trust bundle: without vs-controller's seal, or not a CA.",
 	}, []string{"anchor"})
+	// TrustRuntimesStateUnknown counts the runtimes whose SKR state is
+	// unknown and that keep every CA of the runtime bundle (for at most
+	// trust.DefaultUnknownHold each).
+	TrustRuntimesStateUnknown = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "trust_runtimes_state_unknown",
+		Help: "Runtimes whose SKR state is unknown (after a restart, unreachable) and that keep every CA of the runtime trust bundle, each for a bounded time.",
+	})
 	// RuntimeCertNotAfter is each runtime certificate's not-after (Unix
 	// seconds), with the serial of the CA that signed it.
 	RuntimeCertNotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -123,5 +131,5 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested, ClientCAExtraCAs, TrustStoreRefused)
+	ctrlmetrics.Registry.MustRegister(CANotAfter, CASecretValid, RuntimeCertNotAfter, RuntimesOnOldCA, RuntimesExpiringSoon, RenewalsRequested, ClientCAExtraCAs, TrustStoreRefused, TrustRuntimesStateUnknown)
 }

@@ -23,12 +23,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -80,7 +81,7 @@ var virtualServiceGVK = istionetworkingv1.SchemeGroupVersion.WithKind(virtualSer
 // Reconciler keeps the VirtualService of every Watcher.
 type Reconciler struct {
 	Client   client.Client
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// GatewayNamespace is where the Gateways selected by
 	// spec.gateway.selector are looked up.
 	GatewayNamespace string
@@ -113,14 +114,38 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&v1beta2.Watcher{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		For(&v1beta2.Watcher{}, builder.WithPredicates(predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, routeConditionChanged{}))).
 		Owns(&istionetworkingv1.VirtualService{}).
 		Watches(&istionetworkingv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.watchersForGateway)).
 		// Route ownership: a Watcher's change may hand its route to another.
 		Watches(&v1beta2.Watcher{}, r.claimants()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
+}
+
+// routeConditionChanged passes Watcher updates that change the route
+// condition: vs-controller writes it, so a change it did not make (anyone
+// who may write watchers/status) is put back at once. Its own writes pass
+// too and find nothing to do.
+type routeConditionChanged struct{ predicate.Funcs }
+
+func (routeConditionChanged) Create(event.CreateEvent) bool   { return false }
+func (routeConditionChanged) Delete(event.DeleteEvent) bool   { return false }
+func (routeConditionChanged) Generic(event.GenericEvent) bool { return false }
+func (routeConditionChanged) Update(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*v1beta2.Watcher)
+	n, ok2 := e.ObjectNew.(*v1beta2.Watcher)
+	if !ok1 || !ok2 {
+		return false
+	}
+	oc := meta.FindStatusCondition(o.Status.Conditions, ConditionVirtualService)
+	nc := meta.FindStatusCondition(n.Status.Conditions, ConditionVirtualService)
+	if oc == nil || nc == nil {
+		return oc != nc
+	}
+	return oc.Status != nc.Status || oc.Reason != nc.Reason || oc.Message != nc.Message ||
+		oc.ObservedGeneration != nc.ObservedGeneration || o.Status.State != n.Status.State
 }
 
 // watchersForGateway maps a Gateway to the Watchers selecting it.
@@ -326,7 +351,7 @@ func (r *Reconciler) setStatus(ctx context.Context, w *v1beta2.Watcher, state v1
 		if status != metav1.ConditionTrue {
 			typ = corev1.EventTypeWarning
 		}
-		r.Recorder.Event(w, typ, reason, msg)
+		r.Recorder.Eventf(w, nil, typ, reason, "Route", "%s", msg)
 	}
 	return nil
 }
@@ -365,7 +390,7 @@ func (r *Reconciler) deleteVirtualService(ctx context.Context, w *v1beta2.Watche
 	uid := vs.UID
 	if err := r.Client.Delete(ctx, vs, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 		if r.Recorder != nil {
-			r.Recorder.Event(w, corev1.EventTypeWarning, ReasonDeleteFailed, err.Error())
+			r.Recorder.Eventf(w, nil, corev1.EventTypeWarning, ReasonDeleteFailed, "Delete", "%s", err.Error())
 		}
 		return fmt.Errorf("delete VirtualService: %w", err)
 	}

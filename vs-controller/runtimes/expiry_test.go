@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -28,7 +28,7 @@ func TestExpiringSoonIsLoggedAndReported(t *testing.T) {
 	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) {
 		lines = append(lines, args)
 	}, funcr.Options{}))
-	rec := record.NewFakeRecorder(10)
+	rec := events.NewFakeRecorder(10)
 	r := &Reconciler{Recorder: rec}
 	kyma := NewKyma()
 	kyma.SetNamespace("kcp-system")

@@ -23,6 +23,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -173,11 +174,18 @@ func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS, caBundl
 	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	vwc, err := r.webhooks.Desired(r.Bundle, watchers.Items, caBundle)
+	// Who holds a route comes from the VirtualServices vs-controller
+	// owns, never from a Watcher's status (writable by its author).
+	holders, err := routing.RouteHolders(ctx, r.Client)
 	if err != nil {
 		return nil, err
 	}
-	return r.bundles.Desired(r.Bundle, *tls, watchers.Items, vwc)
+	trusted := routing.TrustRoutes(watchers.Items, holders)
+	vwc, err := r.webhooks.Desired(r.Bundle, trusted, caBundle)
+	if err != nil {
+		return nil, err
+	}
+	return r.bundles.Desired(r.Bundle, *tls, trusted, vwc)
 }
 
 // applyBundle writes the bundle objects that differ from the SKR's and
@@ -242,7 +250,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr cl
 
 func (r *Reconciler) event(kyma runtime.Object, typ, reason, msg string) {
 	if r.Recorder != nil {
-		r.Recorder.Event(kyma, typ, reason, skrclient.Bounded(msg))
+		r.Recorder.Eventf(kyma, nil, typ, reason, "Reconcile", "%s", skrclient.Bounded(msg))
 	}
 }
 

@@ -31,7 +31,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,7 +90,7 @@ type Reconciler struct {
 	// looked at again after this long (the creation of an unlabelled
 	// Secret triggers no pass); 1m when 0.
 	KubeconfigRetry time.Duration
-	Recorder        record.EventRecorder
+	Recorder        events.EventRecorder
 	// Clients gives the runtime clusters' clients; SKRClients() when nil.
 	Clients skrclient.ClusterClients
 	// KymaNamespace holds the Kymas, kubeconfig Secrets and Certificates.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -26,7 +27,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
 
@@ -76,6 +76,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&certmanagerv1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kymaOwner), builder.WithPredicates(inNamespace)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.kymasForSecret), builder.WithPredicates(inNamespace)).
 		Watches(&v1beta2.Watcher{}, &allKymas{r: r}, builder.WithPredicates(predicate.Funcs{UpdateFunc: watcherChanged})).
+		// Who holds a route: vs-controller's VirtualServices (created for
+		// the route's owner, deleted from a loser), not Watcher status.
+		Watches(&istionetworkingv1.VirtualService{}, &allKymas{r: r}, builder.WithPredicates(routeHolderChanged{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -102,15 +105,25 @@ func kymaChanged(e event.UpdateEvent) bool {
 }
 
 // watcherChanged passes Watcher updates that can change a webhook: spec
-// (generation), labels (managed-by), deletion, route held (status).
+// (generation), labels (managed-by), deletion. Whether it holds its route
+// is its VirtualService's (routeHolderChanged), never its status's.
 func watcherChanged(e event.UpdateEvent) bool {
 	o, n := e.ObjectOld, e.ObjectNew
-	ow, _ := o.(*v1beta2.Watcher)
-	nw, _ := n.(*v1beta2.Watcher)
 	return o.GetGeneration() != n.GetGeneration() ||
 		(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
-		o.GetLabels()[contract.LabelManagedBy] != n.GetLabels()[contract.LabelManagedBy] ||
-		(ow != nil && nw != nil && routing.HoldsRoute(ow) != routing.HoldsRoute(nw))
+		o.GetLabels()[contract.LabelManagedBy] != n.GetLabels()[contract.LabelManagedBy]
+}
+
+// routeHolderChanged passes VirtualServices that appear or go, or whose
+// controller changes: a Watcher gained or lost its route.
+type routeHolderChanged struct{ predicate.Funcs }
+
+func (routeHolderChanged) Create(event.CreateEvent) bool   { return true }
+func (routeHolderChanged) Delete(event.DeleteEvent) bool   { return true }
+func (routeHolderChanged) Generic(event.GenericEvent) bool { return false }
+func (routeHolderChanged) Update(e event.UpdateEvent) bool {
+	o, n := metav1.GetControllerOf(e.ObjectOld), metav1.GetControllerOf(e.ObjectNew)
+	return (o == nil) != (n == nil) || (o != nil && n != nil && o.UID != n.UID)
 }
 
 // kymasForSecret maps a kubeconfig Secret or a Certificate Secret to the

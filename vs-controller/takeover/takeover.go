@@ -47,7 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -151,7 +151,7 @@ type TakeOver struct {
 	// APIReader reads Kymas in full (uncached); Client when nil.
 	APIReader client.Reader
 	// Recorder reports the take-over's steps on the Kyma; none when nil.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// Bundle shapes the SKR objects (the names of LM's and ours).
 	Bundle bundle.Options
 	// SKR is the runtime reconciler's bundle.
@@ -176,7 +176,7 @@ func (r *TakeOver) Forget(runtimeKey string) {
 
 func (r *TakeOver) event(kyma runtime.Object, typ, reason, msg string) {
 	if r.Recorder != nil {
-		r.Recorder.Event(kyma, typ, reason, skrclient.Bounded(msg))
+		r.Recorder.Eventf(kyma, nil, typ, reason, "TakeOver", "%s", skrclient.Bounded(msg))
 	}
 }
 
@@ -509,7 +509,7 @@ const beforeFirstApply = "before-first-apply"
 // before-first-apply.
 func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Unstructured) error {
 	key := client.ObjectKeyFromObject(desired)
-	if err := skr.Patch(ctx, desired.DeepCopy(), client.Apply, client.FieldOwner(apply.FieldOwner), client.ForceOwnership); err != nil {
+	if err := skr.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired.DeepCopy()), client.FieldOwner(apply.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("take over %s %s: apply: %w", desired.GetKind(), key, err)
 	}
 	live := &unstructured.Unstructured{}

@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
@@ -45,7 +45,7 @@ type Extra struct {
 	// vs-controller's own Secrets (use an uncached client).
 	Client   client.Client
 	Secret   types.NamespacedName
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Log      logr.Logger
 	// Now is time.Now when nil.
 	Now func() time.Time
@@ -99,7 +99,7 @@ func (e *Extra) bad(problem string) []*x509.Certificate {
 	e.Log.Error(errors.New(problem), "migration CA Secret is unusable; no extra CA is trusted for client certificates", "secret", e.Secret.String())
 	if e.Recorder != nil {
 		obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.Secret.Namespace, Name: e.Secret.Name}}
-		e.Recorder.Event(obj, corev1.EventTypeWarning, ReasonInvalidExtraCA, msg)
+		e.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalidExtraCA, "AdmitCA", "%s", msg)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -103,7 +103,7 @@ func TestMerge(t *testing.T) {
 
 func TestExtraFailsClosedAndReports(t *testing.T) {
 	c := fake.NewClientBuilder().Build()
-	rec := record.NewFakeRecorder(10)
+	rec := events.NewFakeRecorder(10)
 	e := &trust.Extra{Client: c, Secret: lmCAKey, Recorder: rec, Log: logr.Discard()}
 	ctx := context.Background()
 	valid := func() float64 {

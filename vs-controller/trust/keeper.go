@@ -17,11 +17,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
@@ -81,7 +82,14 @@ type Keeper struct {
 	// CA rotation; 5 per second when nil.
 	Renewals *rate.Limiter
 	// Recorder reports renewals on the Kymas; none when nil.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
+	// UnknownHold bounds how long a runtime whose SKR state is unknown
+	// (after a restart, an unreachable runtime) keeps every CA of the
+	// runtime bundle in use: DefaultUnknownHold when 0. Past it the
+	// runtime holds only the CAs its certificate and pushed state name.
+	UnknownHold time.Duration
+	// Now is the clock of UnknownHold (time.Now when nil).
+	Now func() time.Time
 
 	// clientCA is what the client CA Secret was last written with (or
 	// found to hold).
@@ -95,6 +103,9 @@ type Keeper struct {
 	// runtime_certificate_not_after_seconds set by the last scanLeaves.
 	certSeries map[[2]string]bool
 	pushed     sync.Map // runtime key -> pushedRuntime
+	// unknownSince: runtime key -> when its SKR state was first found
+	// unknown (time.Time); gone once it is known.
+	unknownSince sync.Map
 	// renewalSlots: runtime key -> when its reserved renewal is due.
 	renewalSlots sync.Map
 
@@ -335,10 +346,22 @@ func (k *Keeper) runtimeLeaves(ctx context.Context) (map[string]*x509.Certificat
 	return out, nil
 }
 
+// DefaultUnknownHold is Keeper.UnknownHold's default: a day, long enough
+// for an SKR to come back from an outage, short enough that a retired CA
+// does not outlive a rotation because one runtime is gone.
+const DefaultUnknownHold = 24 * time.Hour
+
+// ReasonTrustStateUnknown is the Warning Event on a Kyma whose SKR state is
+// unknown while it keeps old CAs in the runtime trust bundle.
+const ReasonTrustStateUnknown = "TrustStateUnknown"
+
 // runtimeCAsInUse: a CA is in use while a runtime certificate in the KCP is
 // signed by it, or one given to an SKR (the one before for Settle after
 // the change: the webhook may still serve it). While a runtime's SKR state
-// is unknown (after a restart, an unreachable runtime), every CA is in use.
+// is unknown (after a restart, an unreachable runtime), every CA is in use,
+// for at most UnknownHold per runtime (metric
+// trust_runtimes_state_unknown, a Warning Event on its Kyma); then the
+// runtime no longer keeps CAs its state does not name.
 func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) ([]bool, error) {
 	used := make([]bool, len(cas))
 	all := func() ([]bool, error) {
@@ -364,15 +387,36 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 	for i, c := range cas {
 		index[Fingerprint(c)] = i
 	}
+	now, hold := time.Now, k.UnknownHold
+	if k.Now != nil {
+		now = k.Now
+	}
+	if hold == 0 {
+		hold = DefaultUnknownHold
+	}
+	holding := 0
 	for i := range kymas.Items {
 		ky := &kymas.Items[i]
 		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
 			continue
 		}
-		v, ok := k.pushed.Load(client.ObjectKeyFromObject(ky).String())
+		key := client.ObjectKeyFromObject(ky).String()
+		v, ok := k.pushed.Load(key)
 		if !ok {
-			return all()
+			first, seen := k.unknownSince.LoadOrStore(key, now())
+			if since := first.(time.Time); now().Sub(since) < hold {
+				holding++
+				if !seen && k.Recorder != nil {
+					ref := ky.DeepCopy()
+					ref.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+					k.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, ReasonTrustStateUnknown, "KeepCAs",
+						"%s", fmt.Sprintf("the runtime's SKR state is unknown: every CA of the runtime trust bundle is kept until it is known, at most until %s",
+							since.Add(hold).UTC().Format(time.RFC3339)))
+				}
+			}
+			continue
 		}
+		k.unknownSince.Delete(key)
 		pr := v.(pushedRuntime)
 		if j, ok := index[pr.leafCA]; ok {
 			used[j] = true
@@ -380,6 +424,10 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 		if j, ok := index[pr.prevLeafCA]; ok && time.Since(pr.changedAt) < k.Settle {
 			used[j] = true
 		}
+	}
+	metrics.TrustRuntimesStateUnknown.Set(float64(holding))
+	if holding > 0 {
+		return all()
 	}
 	return used, nil
 }

@@ -87,7 +87,7 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 		return nil, err
 	}
 	log := ctrl.Log.WithName("trust")
-	rec := mgr.GetEventRecorderFor("vs-controller")
+	rec := mgr.GetEventRecorder("vs-controller")
 	// The seal key lives beside the gateway's client CA Secret, where
 	// vs-controller may create Secrets (it may not in the Kyma namespace):
 	// whoever reads Secrets there holds the gateway's key already. Without

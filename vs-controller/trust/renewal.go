@@ -136,8 +136,8 @@ func (k *Keeper) AfterPush(ctx context.Context, kyma client.Object, runtimeKey, 
 	if requested {
 		metrics.RenewalsRequested.Inc()
 		if k.Recorder != nil {
-			k.Recorder.Event(kyma, corev1.EventTypeNormal, ReasonRenewalRequested,
-				fmt.Sprintf("the runtime's SKR trusts CA %s: renewal of the runtime certificate (signed by %s) requested", Fingerprint(t.current), t.leaf.Issuer.CommonName))
+			k.Recorder.Eventf(kyma, nil, corev1.EventTypeNormal, ReasonRenewalRequested, "RequestRenewal",
+				"%s", fmt.Sprintf("the runtime's SKR trusts CA %s: renewal of the runtime certificate (signed by %s) requested", Fingerprint(t.current), t.leaf.Issuer.CommonName))
 		}
 	}
 	return 0, nil

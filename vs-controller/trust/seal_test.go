@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -73,7 +73,7 @@ func TestPoisonedStoreRefused(t *testing.T) {
 		}
 		return out, nil
 	}
-	rec := record.NewFakeRecorder(10)
+	rec := events.NewFakeRecorder(10)
 	newAnchor := func() *trust.Anchor {
 		return &trust.Anchor{Name: "poison-test", Client: c, Secret: secretKey, Store: storeKey, Log: logr.Discard(),
 			Recorder: rec, Seal: &trust.Seal{Client: c, Secret: sealKey}, InUse: allInUse}
@@ -195,4 +195,76 @@ func TestCASecretMustHoldACAOfItsKey(t *testing.T) {
 			t.Errorf("%s: ca_secret_valid %v, want 0", name, v)
 		}
 	}
+}
+
+// TestRetiredCANotReplayed: a copy of the store saved while an old CA was
+// still held (with its valid seals) and written back after the CA was
+// retired does not bring the CA back after a restart, even while every CA
+// counts as in use (issue 33: the seal had no epoch).
+func TestRetiredCANotReplayed(t *testing.T) {
+	forgetCAs("replay-test")
+	c := fake.NewClientBuilder().Build()
+	old, cur := newCA(t, "old"), newCA(t, "current")
+	oldInUse := true
+	inUse := func(_ context.Context, cas []*x509.Certificate) ([]bool, error) {
+		out := make([]bool, len(cas))
+		for i, ca := range cas {
+			out[i] = oldInUse || ca.Subject.CommonName != "old"
+		}
+		return out, nil
+	}
+	newAnchor := func(use func(context.Context, []*x509.Certificate) ([]bool, error)) *trust.Anchor {
+		return &trust.Anchor{Name: "replay-test", Client: c, Secret: secretKey, Store: storeKey, Log: logr.Discard(),
+			Seal: &trust.Seal{Client: c, Secret: sealKey}, InUse: use}
+	}
+	a := newAnchor(inUse)
+	setSecret(t, c, map[string][]byte{"tls.crt": old.PEM})
+	refresh(t, a)
+	setSecret(t, c, map[string][]byte{"tls.crt": cur.PEM})
+	refresh(t, a)
+	if got := strings.Join(held(a), ","); got != "old,current" {
+		t.Fatalf("during the overlap: %v", got)
+	}
+	saved := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), storeKey, saved); err != nil {
+		t.Fatal(err)
+	}
+	// A restart during the overlap remembers both (the seals hold).
+	if got := strings.Join(held(refreshed(t, newAnchor(inUse))), ","); got != "old,current" {
+		t.Fatalf("restart during the overlap: %v", got)
+	}
+
+	oldInUse = false // every runtime renewed: the old CA is retired
+	refresh(t, a)
+	if got := strings.Join(held(a), ","); got != "current" {
+		t.Fatalf("after the retirement: %v", got)
+	}
+	// The attacker writes the saved store back.
+	replay := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), storeKey, replay); err != nil {
+		t.Fatal(err)
+	}
+	replay.Data = saved.Data
+	if err := c.Update(context.Background(), replay); err != nil {
+		t.Fatal(err)
+	}
+	allInUse := func(_ context.Context, cas []*x509.Certificate) ([]bool, error) {
+		out := make([]bool, len(cas))
+		for i := range out {
+			out[i] = true
+		}
+		return out, nil
+	}
+	if got := strings.Join(held(refreshed(t, newAnchor(allInUse))), ","); got != "current" {
+		t.Errorf("restart on the replayed store: held %v, want current", got)
+	}
+	if got := strings.Join(storeHolds(t, c), ","); got != "current" {
+		t.Errorf("store after the restart holds %v, want current", got)
+	}
+}
+
+func refreshed(t *testing.T, a *trust.Anchor) *trust.Anchor {
+	t.Helper()
+	refresh(t, a)
+	return a
 }

@@ -27,6 +27,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -36,7 +37,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -68,7 +69,7 @@ type Anchor struct {
 	// Seal proves the store's CAs were seen in Secret; nil: nothing the
 	// store holds is admitted.
 	Seal     *Seal
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	Log      logr.Logger
 	// InUse reports, for the bundle's CAs, which still sign a certificate in
 	// use; nil keeps every unexpired CA.
@@ -123,6 +124,7 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	a.mu.RLock()
 	cas, current, loaded := append([]*x509.Certificate(nil), a.cas...), a.current, a.loaded
 	a.mu.RUnlock()
+	prev := append([]*x509.Certificate(nil), cas...) // what was held (and sealed) before this pass
 	if !loaded {
 		cm := &corev1.ConfigMap{}
 		err := a.Client.Get(ctx, a.Store, cm)
@@ -134,6 +136,7 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		cas = append(cas, remembered...)
+		prev = append(prev, remembered...)
 	}
 
 	secret := &corev1.Secret{}
@@ -184,6 +187,14 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	a.mu.RLock()
 	changed := !bytes.Equal(out, a.pem)
 	a.mu.RUnlock()
+	if a.Seal != nil && len(cas) > 0 && retired(prev, cas) {
+		// A CA left the bundle: seals signed before (a saved copy of the
+		// store) must not bring it back.
+		if err := a.Seal.Advance(ctx, a.Name); err != nil {
+			return false, err
+		}
+		a.Log.Info("a CA left the trust bundle: the store's seals move to a new epoch", "anchor", a.Name)
+	}
 	if len(cas) > 0 {
 		// Every pass: the store is also ext-authz's CA file; whatever
 		// else somebody wrote there is overwritten.
@@ -218,6 +229,16 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 		a.Log.Info("trust bundle changed", "anchor", a.Name, "cas", len(cas))
 	}
 	return changed && len(cas) > 0, nil
+}
+
+// retired says whether a CA of prev is not in cas.
+func retired(prev, cas []*x509.Certificate) bool {
+	for _, p := range prev {
+		if !slices.ContainsFunc(cas, p.Equal) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeStore makes the store hold cas (whose PEM is data) and their seals;
@@ -279,7 +300,7 @@ func (a *Anchor) remembered(ctx context.Context, cm *corev1.ConfigMap) ([]*x509.
 			"subject", skrclient.Bounded(c.Subject.String()), "fingerprint", Fingerprint(c), "problem", problem)
 		if a.Recorder != nil {
 			obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: a.Store.Namespace, Name: a.Store.Name}}
-			a.Recorder.Eventf(obj, corev1.EventTypeWarning, ReasonRefusedStoreEntry, "certificate %q (serial %s) not admitted to the %s trust bundle: %s",
+			a.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRefusedStoreEntry, "AdmitCA", "certificate %q (serial %s) not admitted to the %s trust bundle: %s",
 				skrclient.Bounded(c.Subject.String()), skrclient.Bounded(Fingerprint(c)), a.Name, problem)
 		}
 	}
@@ -299,7 +320,7 @@ func (a *Anchor) reportBad(problem string) {
 	a.Log.Error(errors.New(problem), "CA Secret is unusable; the trust bundle is kept as it was", "anchor", a.Name, "secret", a.Secret.String())
 	if a.Recorder != nil {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.Secret.Namespace, Name: a.Secret.Name}}
-		a.Recorder.Event(s, corev1.EventTypeWarning, ReasonInvalidCA, msg)
+		a.Recorder.Eventf(s, nil, corev1.EventTypeWarning, ReasonInvalidCA, "AdmitCA", "%s", msg)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -155,7 +155,7 @@ func logLines() (logr.Logger, *[]string) {
 // at every poll; a repaired Secret sets ca_secret_valid back to 1.
 func TestBadInputKeepsTrust(t *testing.T) {
 	c := fake.NewClientBuilder().Build()
-	rec := record.NewFakeRecorder(10)
+	rec := events.NewFakeRecorder(10)
 	logger, lines := logLines()
 	a := &trust.Anchor{Name: "bad-input-test", Client: c, Secret: secretKey, Store: storeKey, Log: logger, Recorder: rec}
 	ca := newCA(t, "good")

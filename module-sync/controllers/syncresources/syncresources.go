@@ -62,7 +62,10 @@ type Reconciler struct {
 	// run at a time; PassTimeout bounds the runtime's part of a pass.
 	Turns       *pacing.Turns
 	PassTimeout time.Duration
-	now         func() metav1.Time
+	// PlatformWriters are applied under their module's grant without
+	// being named in it (Options.PlatformWriters).
+	PlatformWriters []string
+	now             func() metav1.Time
 }
 
 // SetupWithManager registers the controller and the index of SyncResources
@@ -135,6 +138,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 
+	// Bound writers: a SyncResource is applied only while its module's
+	// grant names its writer; otherwise nothing reaches the runtime and
+	// what it applied earlier is left as it is (inert).
+	if grant, err := r.grantOf(ctx, sr); err != nil {
+		return reconcile.Result{}, err
+	} else if werr := r.writerAllowed(grant, sr); werr != nil {
+		metrics.SyncReconciles.WithLabelValues("writer-refused").Inc()
+		// The inventory is kept: a grant that names the writer again, or
+		// the SyncResource's deletion, still finds what it created.
+		prev := map[string]*v1alpha1.ObjectReference{}
+		for _, it := range sr.Status.Items {
+			prev[it.Name] = it.Object
+		}
+		items := make([]v1alpha1.ItemStatus, 0, len(sr.Spec.Items)+len(sr.Status.Items))
+		for _, it := range sr.Spec.Items {
+			items = append(items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemRefused, Object: prev[it.Name], Message: skrclient.Bounded(werr.Error())})
+			delete(prev, it.Name)
+		}
+		for _, it := range sr.Status.Items {
+			if _, removed := prev[it.Name]; removed && it.Object != nil {
+				items = append(items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemRefused, Object: it.Object,
+					Message: skrclient.Bounded("removed from the spec; not deleted: " + werr.Error())})
+			}
+		}
+		if err := r.writeStatus(ctx, sr, items, v1alpha1.StateWarning, metav1.Condition{
+			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "WriterNotGranted", Message: skrclient.Bounded(werr.Error()),
+		}); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.Backoff.Forget(key)
+		return reconcile.Result{}, nil // the grant watch brings it back
+	}
+
 	pass, cancel := context.WithTimeout(ctx, r.PassTimeout)
 	defer cancel()
 	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
@@ -144,6 +180,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			reason = "KymaNotFound"
 		} else if errors.Is(err, runtimeclient.ErrNoKubeconfig) {
 			reason = "NoKubeconfig"
+		} else if errors.Is(err, grants.ErrWorkloadPolicyInactive) {
+			reason = "WorkloadPolicyNotActive"
 		}
 		metrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
@@ -205,11 +243,50 @@ func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr 
 		// before any call.
 		return admin, grant, false, nil, err
 	}
+	// The module's workloads may run as the ServiceAccounts it created
+	// through module-sync in this runtime (its SyncResources' inventory).
+	mine := &v1alpha1.SyncResourceList{}
+	if err := r.Client.List(ctx, mine, client.InNamespace(sr.Namespace), client.MatchingFields{moduleField: sr.Spec.Module}); err != nil {
+		return nil, grant, false, nil, err
+	}
+	var ofRuntime []v1alpha1.SyncResource
+	for i := range mine.Items {
+		if mine.Items[i].Spec.Kyma == sr.Spec.Kyma && r.writerAllowed(grant, &mine.Items[i]) == nil {
+			ofRuntime = append(ofRuntime, mine.Items[i])
+		}
+	}
+	grant.ServiceAccounts = apply.ServiceAccounts(ofRuntime)
 	if err := r.RBAC.Ensure(ctx, admin, r.Runtimes.Key(runtimeID), grant); err != nil {
 		rbacErr = fmt.Errorf("the RBAC of module %s in the runtime: %w", grant.Module, err)
 	}
+	// Nothing is written as a module's user before the runtime's own API
+	// server enforces the workload policy (just installed, its admission
+	// takes it up within moments).
+	probe, err := r.Runtimes.ForUser(ctx, runtimeID, grants.ProbeUser)
+	if err == nil {
+		err = r.RBAC.PolicyActive(ctx, probe, r.Runtimes.Key(runtimeID))
+	}
+	if err != nil {
+		return nil, grant, false, nil, errors.Join(err, rbacErr)
+	}
 	skr, err = r.Runtimes.ForUser(ctx, runtimeID, grants.User(sr.Spec.Module))
 	return skr, grant, false, rbacErr, err
+}
+
+// writerAllowed says whether sr's recorded writer may have it applied:
+// named in its module's grant, or a platform writer (with a grant of the
+// module all the same: without one nothing is written anyway).
+func (r *Reconciler) writerAllowed(grant grants.Grant, sr *v1alpha1.SyncResource) error {
+	writer := sr.Annotations[v1alpha1.AnnotationWrittenBy]
+	if !grant.Found || sr.Spec.Module == "" {
+		return nil // every item is refused by the grant check, naming why
+	}
+	for _, p := range r.PlatformWriters {
+		if writer != "" && p == writer {
+			return nil
+		}
+	}
+	return grant.Writes(writer)
 }
 
 // grantOf is the grant of the SyncResource's module (none without

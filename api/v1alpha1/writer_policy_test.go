@@ -1,0 +1,131 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// TestSyncResourceWrittenBy: with
+// manifests/kcp/base/syncresource-writer-policy.yaml on a real API server,
+// every SyncResource records who wrote its spec (the annotation module-sync
+// checks against the current grant), and nobody records somebody else.
+func TestSyncResourceWrittenBy(t *testing.T) {
+	testenv.SkipIfShort(t)
+	env, err := testenv.Start("kcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	cfg := env.Cluster("kcp").Config
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ns = "kcp-system"
+	const orphan = "system:serviceaccount:kcp-system:orphan-manager" // named in no grant
+	const other = "system:serviceaccount:kcp-system:other-manager"
+	as := func(user string) client.Client {
+		c := rest.CopyConfig(cfg)
+		c.Impersonate = rest.ImpersonationConfig{UserName: user}
+		cl, err := client.New(c, client.Options{Scheme: scheme})
+		must(err)
+		return cl
+	}
+	must(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "module-managers", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"syncresources"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}))
+	must(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "module-managers", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "module-managers"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: orphan}, {Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: other}}}))
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "syncresource-writer-policy.yaml"))
+	must(err)
+	docs := strings.Split(string(b), "\n---\n")
+	policy, binding := &admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	must(yaml.UnmarshalStrict([]byte(docs[0]), policy))
+	must(yaml.UnmarshalStrict([]byte(docs[1]), binding))
+	must(admin.Create(ctx, policy))
+	must(admin.Create(ctx, binding))
+
+	sr := func(name, writer string) *v1alpha1.SyncResource {
+		o := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: "kyma-1", Module: "sample", Items: []v1alpha1.SyncItem{configMapItem("x")}}}
+		if writer != "" {
+			o.Annotations = map[string]string{v1alpha1.AnnotationWrittenBy: writer}
+		}
+		return o
+	}
+	o := as(orphan)
+	// The API server takes up a new policy asynchronously.
+	must(wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := o.Create(ctx, sr("probe", ""))
+		if err == nil {
+			return false, admin.Delete(ctx, sr("probe", ""))
+		}
+		return apierrors.IsForbidden(err), nil
+	}))
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want Forbidden saying %q", what, err, want)
+		}
+	}
+	refused("a SyncResource that records no writer", o.Create(ctx, sr("none", "")), "set the annotation operator.kyma-project.io/written-by to "+orphan)
+	refused("a SyncResource that records somebody else", o.Create(ctx, sr("forged", other)), "to "+orphan)
+
+	mine := sr("mine", orphan)
+	must(o.Create(ctx, mine))
+	// Another writer changes the spec: it must record itself.
+	edit := &v1alpha1.SyncResource{}
+	must(as(other).Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Spec.Items = append(edit.Spec.Items, configMapItem("more"))
+	refused("a spec change that keeps the old writer", as(other).Update(ctx, edit), "to "+other)
+	edit.Annotations[v1alpha1.AnnotationWrittenBy] = other
+	must(as(other).Update(ctx, edit))
+	// Nobody rewrites the record without writing the spec.
+	must(admin.Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Annotations[v1alpha1.AnnotationWrittenBy] = orphan
+	refused("the record changed without a spec change", o.Update(ctx, edit), "changes only with the spec")
+	// Metadata writes that keep the record (module-sync's finalizer, the
+	// garbage collector) pass.
+	must(admin.Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Finalizers = append(edit.Finalizers, "operator.kyma-project.io/module-sync")
+	must(admin.Update(ctx, edit))
+	edit.Finalizers = nil
+	must(admin.Update(ctx, edit))
+	must(admin.Delete(ctx, edit))
+}
