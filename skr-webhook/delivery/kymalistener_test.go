@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -127,7 +127,7 @@ func TestKymaListenerV143ReceivesOurRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xfcc := gateway.XFCC(leaf.Cert)
+	xfcc := envoy.XFCC(leaf.Cert)
 	post := func(method, path, body string, xfccHeader bool) (int, map[string]any) {
 		r := httptest.NewRequest(method, path, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")

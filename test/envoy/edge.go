@@ -23,8 +23,8 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	http2v3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	http2v3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -236,7 +236,8 @@ func (e Edge) Routes() *routev3.RouteConfiguration {
 // XFCC is the x-forwarded-client-cert element Envoy sets with SANITIZE_SET
 // and Istio's gateway details (Subject, Cert, URI, DNS) for the client
 // certificate leaf: Hash, then Cert (URL-encoded PEM, quoted), Subject
-// (quoted), each URI SAN, each DNS SAN.
+// (quoted), each URI SAN — an empty "URI=" when there is none (Envoy keeps
+// the key) —, each DNS SAN.
 func XFCC(leaf *x509.Certificate) string {
 	sum := sha256.Sum256(leaf.Raw)
 	parts := []string{"Hash=" + hex.EncodeToString(sum[:]),
@@ -244,6 +245,9 @@ func XFCC(leaf *x509.Certificate) string {
 		`Subject="` + strings.ReplaceAll(leaf.Subject.String(), `"`, `\"`) + `"`}
 	for _, u := range leaf.URIs {
 		parts = append(parts, "URI="+u.String())
+	}
+	if len(leaf.URIs) == 0 {
+		parts = append(parts, "URI=")
 	}
 	for _, n := range leaf.DNSNames {
 		parts = append(parts, "DNS="+n)
