@@ -162,4 +162,3 @@ func (a Admin) ListenerPorts(ctx context.Context) (map[string]int, error) {
 	}
 	return out, nil
 }
-

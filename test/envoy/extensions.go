@@ -98,3 +98,29 @@ func UnknownExtensions(configJSON []byte, have []Extension) (map[string]string, 
 	}
 	return out, nil
 }
+
+// WithoutBootstrap is a config_dump without its bootstrap (which `envoy
+// --mode validate` checks; its built-in parts, such as the overload
+// manager's resource monitors, are not all listed among server_info's
+// extensions): what came over xDS.
+func WithoutBootstrap(dump []byte) ([]byte, error) {
+	var d struct {
+		Configs []json.RawMessage `json:"configs"`
+	}
+	if err := json.Unmarshal(dump, &d); err != nil {
+		return nil, err
+	}
+	var keep []json.RawMessage
+	for _, c := range d.Configs {
+		var t struct {
+			Type string `json:"@type"`
+		}
+		if err := json.Unmarshal(c, &t); err != nil {
+			return nil, err
+		}
+		if t.Type != "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump" {
+			keep = append(keep, c)
+		}
+	}
+	return json.Marshal(map[string]any{"configs": keep})
+}

@@ -124,7 +124,7 @@ func GoModRequire(path, module string) (string, error) {
 func MinorOf(version string) (int, error) {
 	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
 	if len(parts) < 2 || parts[0] != "1" {
-		return 0, fmt.Errorf("version %q: want 1.<minor>...", version)
+		return 0, fmt.Errorf("version %q: want 1.<minor>.<patch>", version)
 	}
 	return strconv.Atoi(parts[1])
 }
