@@ -157,7 +157,8 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 		Expect(reason).To(Equal(string(contract.ReasonUnknownRuntime)), "refused by ext-authz: %s", body)
 	})
 
-	It("answers 503 while ext-authz is down, the webhook retries, and events flow again once it is back", func(ctx SpecContext) {
+	// Also an edge spec (label edge): ext-authz down through real Envoy.
+	It("answers 503 while ext-authz is down, the webhook retries, and events flow again once it is back", Label("edge"), func(ctx SpecContext) {
 		probe := n.watchedKyma("istio-authz-down")
 		Expect(env.SKR().Create(ctx, probe)).To(Succeed())
 		Eventually(func() int { return len(received.For(n.SKRNamespace, probe.GetName(), time.Time{})) }).Should(BeNumerically(">=", 1))
