@@ -67,6 +67,9 @@ type Edge struct {
 	// Server is the gateway's certificate, CA the client CA.
 	Server *pki.Leaf
 	CA     *pki.CA
+	// NoAuthz leaves the CUSTOM policy's RBAC and ext_authz filters out
+	// (the edge without authorization: a cost ceiling).
+	NoAuthz bool
 }
 
 // NewEdge is the edge of manifests/kcp/base/gateway.yaml: SNI localhost,
@@ -87,19 +90,23 @@ func anyOf(m proto.Message) *anypb.Any {
 // 127.0.0.1 (port 0: Start reads the bound address), the listener on
 // 127.0.0.1 port 0 (Port reads it), the two clusters, and the two secrets.
 func (e Edge) Bootstrap() ([]byte, error) {
-	authz, err := staticCluster(AuthzCluster, e.AuthzAddr, true)
-	if err != nil {
-		return nil, err
-	}
 	up, err := staticCluster(UpstreamCluster, e.UpstreamAddr, false)
 	if err != nil {
 		return nil, err
+	}
+	clusters := []*clusterv3.Cluster{up}
+	if !e.NoAuthz {
+		authz, err := staticCluster(AuthzCluster, e.AuthzAddr, true)
+		if err != nil {
+			return nil, err
+		}
+		clusters = append(clusters, authz)
 	}
 	b := &bootstrapv3.Bootstrap{
 		Admin: &bootstrapv3.Admin{Address: socket("127.0.0.1", 0)},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 			Listeners: []*listenerv3.Listener{e.Listener()},
-			Clusters:  []*clusterv3.Cluster{authz, up},
+			Clusters:  clusters,
 			Secrets: []*tlsv3.Secret{
 				{Name: "kubernetes://" + Credential, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 					CertificateChain: inline(e.Server.CertPEM), PrivateKey: inline(e.Server.KeyPEM)}}},
@@ -182,11 +189,13 @@ func (e Edge) Listener() *listenerv3.Listener {
 				MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "istio-ext-authz"}}}},
 		},
 	}
-	filters := []*hcmv3.HttpFilter{
-		{Name: "envoy.filters.http.rbac", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(rbac)}},
-		{Name: "envoy.filters.http.ext_authz", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(authz)}},
-		{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(&routerv3.Router{})}},
+	var filters []*hcmv3.HttpFilter
+	if !e.NoAuthz {
+		filters = append(filters,
+			&hcmv3.HttpFilter{Name: "envoy.filters.http.rbac", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(rbac)}},
+			&hcmv3.HttpFilter{Name: "envoy.filters.http.ext_authz", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(authz)}})
 	}
+	filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(&routerv3.Router{})}})
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix:                  "outbound_0.0.0.0_443",
 		RouteSpecifier:              &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: e.Routes()},
