@@ -112,9 +112,27 @@ func (s *System) prepareGateway(ctx context.Context, mesh []byte, adminPort, age
 		}
 	}
 	dir := filepath.Join(s.Dir, "gateway")
-	if err := s.writeGatewayToken(ctx, dir); err != nil {
+	expires, err := s.writeGatewayToken(ctx, dir)
+	if err != nil {
 		return err
 	}
+	// As the kubelet renews a projected token: a new one at half its life
+	// (pilot-agent reads the file for every connection to istiod).
+	s.goRun(func() error {
+		for {
+			select {
+			case <-s.runCtx.Done():
+				return nil
+			case <-time.After(max(time.Until(expires)/2, time.Minute)):
+			}
+			next, err := s.writeGatewayToken(s.runCtx, dir)
+			if err != nil {
+				s.opts.Log.Error(err, "renewing the gateway's ServiceAccount token")
+				next = time.Now().Add(time.Minute)
+			}
+			expires = next
+		}
+	})
 	if err := writeWorkloadCert(dir); err != nil {
 		return err
 	}
@@ -169,23 +187,27 @@ func (s *System) prepareGateway(ctx context.Context, mesh []byte, adminPort, age
 }
 
 // writeGatewayToken asks the KCP API server for a token of the gateway's
-// ServiceAccount (audience istio-ca) and writes it where pilot-agent reads
-// the pod's projected token.
-func (s *System) writeGatewayToken(ctx context.Context, dir string) error {
+// ServiceAccount (audience istio-ca), writes it where pilot-agent reads
+// the pod's projected token and returns when it expires.
+func (s *System) writeGatewayToken(ctx context.Context, dir string) (time.Time, error) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: GatewayNamespace, Name: GatewayServiceAccount}}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		Audiences: []string{gatewayTokenAudience}, ExpirationSeconds: ptr.To(int64(gatewayTokenTTL.Seconds()))}}
 	if err := s.KCP.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
-		return fmt.Errorf("TokenRequest for %s/%s: %w", GatewayNamespace, GatewayServiceAccount, err)
+		return time.Time{}, fmt.Errorf("TokenRequest for %s/%s: %w", GatewayNamespace, GatewayServiceAccount, err)
 	}
 	if tr.Status.Token == "" {
-		return errors.New("TokenRequest: no token")
+		return time.Time{}, errors.New("TokenRequest: no token")
 	}
 	path := filepath.Join(dir, "var", "run", "secrets", "tokens", "istio-token")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return time.Time{}, err
 	}
-	return os.WriteFile(path, []byte(tr.Status.Token), 0o600)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tr.Status.Token), 0o600); err != nil {
+		return time.Time{}, err
+	}
+	return tr.Status.ExpirationTimestamp.Time, os.Rename(tmp, path)
 }
 
 // writeWorkloadCert writes the gateway's workload certificate where
