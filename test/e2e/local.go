@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -36,7 +37,7 @@ func StartLocal(ctx context.Context, log logr.Logger) (Environment, error) {
 	}
 	// The KCP shape of docs/architecture.md §4.8: two operator replicas with
 	// leader election; heartbeats every second (when the webhook has them).
-	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log, OperatorReplicas: 2, HeartbeatInterval: time.Second, LogReviews: true})
+	sys, err := localenv.Start(ctx, localenv.Options{Dir: dir, Log: log, OperatorReplicas: 2, HeartbeatInterval: time.Second, LogReviews: true, LogAllChecks: true})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -97,8 +98,8 @@ func (e *localEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	return string(b), err
 }
-func (e *localEnvironment) SetGatewayUp(_ context.Context, up bool) error {
-	return e.sys.SetGatewayUp(up)
+func (e *localEnvironment) SetGatewayUp(ctx context.Context, up bool) error {
+	return e.sys.SetGatewayUp(ctx, up)
 }
 
 // Stop stops the system and removes its folder, unless E2E_KEEP_DIR is set
@@ -118,12 +119,11 @@ func (e *localEnvironment) Delivery() DeliveryControls { return localDelivery{e.
 
 type localDelivery struct{ sys *localenv.System }
 
-func (d localDelivery) SetGatewayFault(f func(*http.Request) (int, bool)) {
+func (d localDelivery) SetServiceFault(f func(*http.Request) (int, bool)) error {
 	if f == nil {
-		d.sys.SetGatewayFault(nil)
-		return
+		return d.sys.SetServiceFault(nil)
 	}
-	d.sys.SetGatewayFault(f)
+	return d.sys.SetServiceFault(f)
 }
 func (d localDelivery) KillWebhook() error                     { return d.sys.KillWebhook() }
 func (d localDelivery) StartWebhook(ctx context.Context) error { return d.sys.StartWebhook(ctx) }
@@ -216,12 +216,10 @@ func (e *localEnvironment) Istio() IstioControls { return localIstio{e.sys} }
 
 type localIstio struct{ sys *localenv.System }
 
-func (i localIstio) GatewayHost() string { return localenv.GatewayHost }
-func (i localIstio) GatewayRoute(host, path string) string {
-	return i.sys.Gateway().Route(host, path)
-}
-func (i localIstio) GatewayChanged() <-chan struct{}    { return i.sys.Gateway().Changed() }
-func (i localIstio) GatewayVersions() map[string]string { return i.sys.Gateway().Versions() }
+func (i localIstio) GatewayHost() string                 { return localenv.GatewayHost }
+func (i localIstio) GatewayAdmin() envoy.Admin           { return i.sys.GatewayAdmin() }
+func (i localIstio) ExtAuthzLog() string                 { return i.sys.ExtAuthzLog() }
+func (i localIstio) SetExtAuthzFrozen(frozen bool) error { return i.sys.SetExtAuthzFrozen(frozen) }
 func (i localIstio) SetExtAuthzUp(ctx context.Context, up bool) error {
 	return i.sys.SetExtAuthzUp(ctx, up)
 }

@@ -13,14 +13,12 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway/xdstest"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
@@ -35,7 +33,7 @@ func must(t *testing.T, err error) {
 
 // TestFIPSBinariesMTLS starts ext-authz and skr-webhook with their defaults
 // (no GODEBUG), skr-webhook with --min-tls-version=1.3, and sends one SKR
-// change through the gateway stand-in: both binaries are built with FIPS
+// change through the gateway (Envoy): both binaries are built with FIPS
 // mode on by default (TestBinariesCarryTheCertifiedModule), the webhook's mTLS handshake is TLS 1.3 with a
 // FIPS-approved suite, ext-authz allows the event, and both binaries'
 // metrics show FIPS mode.
@@ -81,14 +79,10 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 	go func() { _ = up.Serve(upLn) }()
 	defer func() { _ = up.Close() }()
 
-	// The gateway stand-in, configured over ADS as istiod configures it for
-	// the kcp-gateway, counting each handshake's version and cipher suite.
-	ads := xdstest.Start(t)
-	edge, err := xdstest.NewEdge(authz.GRPCAddr, upLn.Addr().String())
-	must(t, err)
-	must(t, edge.Serve(ads))
-	gwReg := prometheus.NewRegistry()
-	xdstest.RunGateway(t, ads, edge, xdstest.Secrets(gwLeaf, ca), gwReg)
+	// The gateway: Envoy with the listener, route and clusters istiod
+	// generates for the kcp-gateway; its statistics count each handshake's
+	// version and cipher suite.
+	gw, gwPort := envoy.StartEdge(t, envoy.NewEdge(authz.GRPCAddr, upLn.Addr().String(), gwLeaf, ca))
 
 	// skr-webhook, TLS 1.3 only towards the KCP.
 	dir := t.TempDir()
@@ -96,7 +90,7 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 	must(t, err)
 	listenAddr, metricsAddr, healthAddr := testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr()
 	cmd := exec.Command(webhookBin, "--listen-addr", listenAddr, "--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr,
-		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile, "--kcp-addr", "localhost:"+strconv.Itoa(int(edge.Port)),
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--ca-file", caFile, "--kcp-addr", "localhost:"+strconv.Itoa(gwPort),
 		"--min-tls-version", "1.3", "--heartbeat-interval", "0")
 	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
 	must(t, cmd.Start())
@@ -124,22 +118,26 @@ func TestFIPSBinariesMTLS(t *testing.T) {
 		if got := h.Get(contract.HeaderRuntimeID); got != "runtime-1" {
 			t.Errorf("upstream %s = %q, want runtime-1", contract.HeaderRuntimeID, got)
 		}
-		if got, want := h.Get(contract.HeaderXFCC), gateway.XFCC(skrLeaf.Cert); got != want {
+		if got, want := h.Get(contract.HeaderXFCC), envoy.XFCC(skrLeaf.Cert); got != want {
 			t.Errorf("upstream XFCC %q, want runtime-1's certificate %q", got, want)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the upstream within 30s")
 	}
-	// Every handshake at the gateway: TLS 1.3 with a FIPS-approved suite.
-	handshakes, err := promtext.Gathered(gwReg, "gateway_downstream_tls_handshakes_total", "version", "cipher")
+	// Every handshake at the gateway (Envoy's listener statistics
+	// listener.<address>.ssl.versions.<version> and .ssl.ciphers.<suite>):
+	// TLS 1.3 with a FIPS-approved suite.
+	stats, err := gw.Admin.Stats(ctx, `^listener\..*\.ssl\.(versions|ciphers|handshake)`)
 	must(t, err)
-	if len(handshakes) == 0 {
-		t.Error("no handshake counted")
+	handshakes := stats.Sum(".ssl.handshake")
+	if handshakes == 0 {
+		t.Errorf("no handshake counted: %v", stats)
 	}
-	for k := range handshakes {
-		if k != "TLS 1.3/TLS_AES_128_GCM_SHA256" && k != "TLS 1.3/TLS_AES_256_GCM_SHA384" {
-			t.Errorf("handshake %s: want TLS 1.3 with a FIPS-approved suite", k)
-		}
+	if v13 := stats.Sum(".ssl.versions.TLSv1.3"); v13 != handshakes {
+		t.Errorf("%d handshakes, %d of them TLS 1.3: %v", handshakes, v13, stats)
+	}
+	if fips := stats.Sum(".ssl.ciphers.TLS_AES_128_GCM_SHA256") + stats.Sum(".ssl.ciphers.TLS_AES_256_GCM_SHA384"); fips != handshakes {
+		t.Errorf("%d handshakes, %d of them with a FIPS-approved suite: %v", handshakes, fips, stats)
 	}
 
 	for _, m := range []struct{ url, name string }{

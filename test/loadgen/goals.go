@@ -68,6 +68,18 @@ var (
 	ListenerCPUvsKyma = Goal{What: "listener CPU per event / Kyma's listener's (github.com/kyma-project/runtime-watcher/listener, test/tools/kymalistener), open loop at half the ceiling's saturated rate", Bound: 0.8, Unit: "×", Issue: 31}
 )
 
+// The whole edge (issue 32): CPU per event of Envoy and its authz server
+// together (their two processes' clocks), Envoy with SAN pinning by
+// ext-authz against the same Envoy without an ext_authz filter (the
+// ceiling) and with OPA as the ext_authz provider (the peer), and the
+// latency ext-authz adds at half the ceiling's saturated rate. First goals,
+// to be tightened once measured.
+var (
+	EdgeCPUClosed = Goal{What: "edge (Envoy + ext-authz) CPU per event / the same Envoy without ext_authz, closed loop", Bound: 1.30, Unit: "×", Issue: 32}
+	EdgeCPUvsOPA  = Goal{What: "edge (Envoy + ext-authz) CPU per event / the same Envoy with OPA as the ext_authz provider, closed loop", Bound: 0.5, Unit: "×", Issue: 32}
+	EdgeAddedP50  = Goal{What: "median latency ext-authz adds at the edge over Envoy without ext_authz, open loop at half the ceiling's saturated rate", Bound: 150, Unit: "µs", Issue: 32}
+)
+
 // WebhookAdmissionP99 bounds skr-webhook's admission latency with the KCP
 // healthy, refusing and blackholed (issue 18).
 var WebhookAdmissionP99 = Goal{What: "skr-webhook admission p99", Bound: 5, Unit: "ms", Issue: 18}

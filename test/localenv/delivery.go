@@ -14,18 +14,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
 
 // Delivery controls (docs/architecture.md §4.8) for the e2e suite: the
-// skr-webhook can be killed and started again, the gateway can answer
-// injected faults, and the example operators run as replicas behind a
-// Service stand-in.
+// skr-webhook can be killed and started again, and the example operators
+// run as replicas behind a Service stand-in, which can answer injected
+// faults.
 
 // Operator is one example operator process: its event, health and metrics
 // addresses (host:port).
@@ -46,9 +46,26 @@ func (s *System) ServiceAnswers() []map[int]int {
 	return s.service.answers()
 }
 
-// SetGatewayFault makes the gateway answer f's status instead of
-// authorizing and routing (nil: normal operation).
-func (s *System) SetGatewayFault(f gateway.Fault) { s.gw.SetFault(f) }
+// Fault answers a request in place of the operators (fault injection for
+// tests): ok=false lets the request through.
+type Fault func(r *http.Request) (status int, ok bool)
+
+// SetServiceFault makes the operators' Service stand-in answer f's status
+// instead of relaying to a replica (nil: normal operation); only with more
+// than one replica (there is no Service stand-in otherwise). The gateway is
+// Envoy: what it answers is its own; a fault behind it reaches the webhook
+// exactly as Envoy relays it.
+func (s *System) SetServiceFault(f Fault) error {
+	if s.service == nil {
+		return errors.New("no Service stand-in: one operator replica")
+	}
+	if f == nil {
+		s.service.fault.Store(nil)
+		return nil
+	}
+	s.service.fault.Store(&f)
+	return nil
+}
 
 // WebhookManagersFile is the --managers-file the skr-webhook reads.
 func (s *System) WebhookManagersFile() string { return filepath.Join(s.Dir, "skr-webhook-managers") }
@@ -175,6 +192,7 @@ func (s *System) WebhookRSS() (current, peak int64, err error) {
 // 503 — a replica whose event consumer does not run — is retried once on
 // each other replica before it is passed on.
 type roundRobin struct {
+	fault   atomic.Pointer[Fault]
 	mu      sync.Mutex
 	next    int
 	counts  []map[int]int
@@ -202,6 +220,12 @@ func startRoundRobin(ctx context.Context, addr string, ops []Operator) (*roundRo
 }
 
 func (rr *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f := rr.fault.Load(); f != nil {
+		if status, ok := (*f)(r); ok {
+			http.Error(w, "injected fault", status)
+			return
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)

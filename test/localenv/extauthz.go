@@ -2,8 +2,10 @@ package localenv
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -43,4 +45,34 @@ func (s *System) SetExtAuthzUp(ctx context.Context, up bool) error {
 	}
 	a.p = p
 	return p.waitReady(ctx, "http://"+a.health+"/readyz", time.Minute)
+}
+
+// SetExtAuthzFrozen stops ext-authz's process without ending it (SIGSTOP:
+// its connections stay open, requests are accepted by the kernel and never
+// answered — an authz server slower than any timeout) or lets it go on
+// (SIGCONT).
+func (s *System) SetExtAuthzFrozen(frozen bool) error {
+	a := &s.authz
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.p == nil {
+		return errors.New("ext-authz is not running")
+	}
+	sig := syscall.SIGCONT
+	if frozen {
+		sig = syscall.SIGSTOP
+	}
+	return syscall.Kill(a.p.pid(), sig)
+}
+
+// ExtAuthzLog is the log of the running ext-authz ("" when it is not
+// running): its decision log lines (Options.LogAllChecks: every Check).
+func (s *System) ExtAuthzLog() string {
+	a := &s.authz
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.p == nil {
+		return ""
+	}
+	return a.p.log
 }

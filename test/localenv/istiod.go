@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -30,11 +29,13 @@ import (
 // the project's own manifests: the mesh config of
 // manifests/istio/istiod-values.yaml and the Gateway and
 // AuthorizationPolicy of manifests/kcp/base/gateway.yaml. The gateway
-// stand-in gets its configuration from istiod's xDS.
+// (Envoy, started by pilot-agent: gateway.go) gets its configuration from
+// istiod's xDS.
 //
 // What a cluster would add and istiod cannot have here is switched off by
 // its own flags and environment: no CA (no pods ask for workload
-// certificates; the gateway's certificate is a Secret named by SDS), no
+// certificates; the gateway's certificate is a Secret istiod serves over
+// SDS), no
 // secure xDS port, no webhooks (nothing to inject or validate; the API
 // server validates Istio's CRDs by their schemas), no Gateway API.
 const (
@@ -61,14 +62,14 @@ const (
 	// is a DNS name with dots; the clients here still connect to and send
 	// SNI and Host "localhost" (GatewayHost).
 	GatewayServerHost = "*"
-	// GatewayProxyName is the gateway "pod" the stand-in is (its xDS node).
+	// GatewayProxyName is the gateway "pod" (pilot-agent's POD_NAME).
 	GatewayProxyName = "istio-ingressgateway-local"
 	// GatewayProxyIP is that pod's address as istiod knows it: the
 	// endpoint of the gateway's Service, which tells istiod the pod's
 	// labels and its Service's port 443 → target port. Not 127.0.0.1,
 	// which every other local Service's endpoint is (istiod would take the
-	// gateway for each of them). Nothing connects to it: the stand-in
-	// listens on 127.0.0.1.
+	// gateway for each of them). Nothing connects to it: Envoy's listener
+	// binds the wildcard address istiod gives it and is reached on 127.0.0.1.
 	GatewayProxyIP = "127.0.0.2"
 )
 
@@ -214,7 +215,7 @@ func applyIstioConfig(ctx context.Context, c client.Client, services []LocalServ
 		return err
 	}
 	if err := c.Create(ctx, gw); err != nil {
-		return fmt.Errorf("Gateway of %s: %w", gatewayManifest, err)
+		return fmt.Errorf("the Gateway of %s: %w", gatewayManifest, err)
 	}
 	if err := c.Create(ctx, ap); err != nil {
 		return fmt.Errorf("AuthorizationPolicy of %s: %w", gatewayManifest, err)
@@ -250,6 +251,16 @@ func (s *System) startIstiod(ctx context.Context, xdsAddr, httpAddr, monitoringA
 		// Istio's networking API only: no Gateway API CRDs are installed.
 		"PILOT_ENABLE_GATEWAY_API=false", "PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER=false",
 		"PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER=false", "PILOT_ENABLE_GATEWAY_API_STATUS=false",
+		// The gateway is upstream Envoy, not Istio's proxy build: without
+		// Istio's own extensions istio.metadata_exchange (peer metadata for
+		// telemetry) and istio.alpn (ALPN for mTLS to sidecars). Neither
+		// decides anything the security model rests on (docs/architecture.md §1).
+		"PILOT_ENABLE_METADATA_EXCHANGE=false", "PILOT_ENABLE_ALPN_FILTER=false",
+		// The gateway's xDS comes over the plaintext port (there is no CA
+		// here to give istiod a serving certificate): authenticate it there
+		// too, with the ServiceAccount token pilot-agent sends (TokenReview).
+		// Without an identity istiod serves no certificate over SDS.
+		"XDS_AUTH_PLAINTEXT=true",
 	}
 	p, err := s.start("istiod", binary, nil, env, "discovery",
 		"--kubeconfig", s.KCP.KubeconfigPath,
@@ -275,6 +286,3 @@ func (s *System) istioVersion() string {
 	}
 	return v
 }
-
-// Gateway is the gateway stand-in (istiod's xDS client).
-func (s *System) Gateway() *gateway.Gateway { return s.gw }

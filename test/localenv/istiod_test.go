@@ -5,20 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -26,22 +22,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
+	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/istiod-gateway-xds.json from what istiod generates")
+var update = flag.Bool("update", false, "rewrite testdata/istiod-gateway-xds.json from what Envoy received from istiod")
 
-// TestIstiodGatewayXDS is the golden test of the gateway configuration the
-// real istiod generates from manifests/ (mesh config, Gateway,
-// AuthorizationPolicy) and the sample Watcher's VirtualService (written by
-// vs-controller's routing reconciler): the LDS, RDS, CDS and EDS the
-// ingress gateway receives, normalised (fixed local ports, resources
-// sorted by name, JSON with sorted keys). A change to manifests/ or to the
-// Istio version shows up as a diff; `go test ./test/localenv -run
-// TestIstiodGatewayXDS -update` accepts it.
-func TestIstiodGatewayXDS(t *testing.T) {
+// TestIstiodGateway is the real gateway against the real istiod, from
+// manifests/ (mesh config, Gateway, AuthorizationPolicy) and the sample
+// Watcher's VirtualService (written by vs-controller's routing reconciler):
+//   - the bootstrap pilot-agent renders from Istio's template passes
+//     `envoy --mode validate`;
+//   - what Envoy took from istiod (its config_dump but the bootstrap)
+//     names no extension the Envoy binary lacks (server_info's list): istiod's two istio-proxy-only extensions stay
+//     off (istiod.go), and a new one would show up here first;
+//   - the listeners, routes, clusters, endpoints and secrets Envoy took
+//     from istiod, normalised (fixed local ports, no versions or times,
+//     resources sorted by name, JSON with sorted keys), are the golden
+//     file: a change to manifests/ or to the Istio version shows up as a
+//     diff; `go test ./test/localenv -run TestIstiodGateway -update`
+//     accepts it.
+func TestIstiodGateway(t *testing.T) {
 	testenv.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -56,16 +59,38 @@ func TestIstiodGatewayXDS(t *testing.T) {
 	runCtx, runCancel := context.WithCancel(context.Background())
 	s := &System{Env: env, KCP: env.Cluster("kcp"), Dir: t.TempDir(), runCtx: runCtx, cancel: runCancel, opts: Options{Log: testr.New(t)}}
 	defer func() { _ = s.Stop() }()
+	defer func() { // KEEP_LOGS=<dir>: after a failure, the logs and Envoy's config_dump go there
+		if t.Failed() && os.Getenv("KEEP_LOGS") != "" {
+			_ = exec.Command("cp", "-r", filepath.Join(s.Dir, "logs"), os.Getenv("KEEP_LOGS")).Run()
+			d, _ := s.GatewayAdmin().ConfigDump(context.Background(), false)
+			_ = os.WriteFile(filepath.Join(os.Getenv("KEEP_LOGS"), "config_dump.json"), d, 0o644)
+			l, _ := s.GatewayAdmin().ListenerPorts(context.Background())
+			t.Logf("listeners %v", l)
+		}
+	}()
 	c := s.KCP.Client
 	for _, ns := range []string{KymaNamespace, GatewayNamespace} {
 		must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
-	// Fixed addresses: istiod only lists them; nothing connects.
+	ports, err := s.ports.reserve(8)
+	must(t, err)
+	s.gatewayPort = ports[7]
+	// Fixed addresses of the services: Envoy never connects to them here.
 	must(t, applyIstioConfig(ctx, c, []LocalService{
 		{Name: ExtAuthzService, Namespace: KymaNamespace, Port: ExtAuthzPort, Protocol: "GRPC", Addr: "127.0.0.1:19001"},
 		{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort, Protocol: "HTTP", Addr: "127.0.0.1:18082"},
-		{Name: GatewayService, Namespace: GatewayNamespace, Port: 443, Protocol: "HTTPS", Addr: GatewayProxyIP + ":18443", Labels: GatewayLabels},
+		{Name: GatewayService, Namespace: GatewayNamespace, Port: 443, Protocol: "HTTPS", Addr: GatewayProxyIP + ":" + strconv.Itoa(s.gatewayPort), Labels: GatewayLabels},
 	}))
+	// The Gateway's credentialName and its client CA, as cert-manager and
+	// vs-controller write them.
+	ca, err := pki.NewCA("gateway-ca")
+	must(t, err)
+	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "kcp-gateway", DNSNames: []string{GatewayHost}})
+	must(t, err)
+	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: GatewayNamespace, Name: GatewayTLSSecret}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM}}))
+	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: GatewayNamespace, Name: GatewayTLSSecret + "-cacert"},
+		Data: map[string][]byte{"ca.crt": ca.PEM}}))
 	w := SampleWatcher()
 	must(t, c.Create(ctx, w))
 	r := &routing.Reconciler{Client: c, Recorder: events.NewFakeRecorder(100), GatewayNamespace: GatewayNamespace}
@@ -74,24 +99,40 @@ func TestIstiodGatewayXDS(t *testing.T) {
 		must(t, err)
 	}
 
-	ports, err := s.ports.reserve(3)
-	must(t, err)
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	is, err := s.startIstiod(ctx, addr(0), addr(1), addr(2))
+	s.Istiod, err = s.startIstiod(ctx, addr(0), addr(1), addr(2))
 	must(t, err)
-	gw, err := gateway.New(gateway.Config{XDSAddr: is.XDSAddr, Secrets: c, Log: testr.New(t),
-		Node: gateway.Node{Name: GatewayProxyName, Namespace: GatewayNamespace, Labels: GatewayLabels, IP: GatewayProxyIP, ClusterID: "Kubernetes", DomainSuffix: IstioClusterDomain}})
+	mesh, err := MeshConfig()
 	must(t, err)
-	go func() { _ = gw.Run(runCtx) }()
-	for gw.Route(GatewayHost, contract.EventPath(Manager)) == "" {
-		select {
-		case <-gw.Changed():
-		case <-ctx.Done():
-			t.Fatalf("the sample Watcher's route never arrived (xDS versions %v)", gw.Versions())
-		}
+	must(t, s.prepareGateway(ctx, mesh, ports[3], ports[4], ports[5], ports[6]))
+	s.gatewayCredentials = true
+	must(t, s.SetGatewayUp(ctx, true))
+	admin := s.GatewayAdmin()
+	path := contract.EventPath(Manager)
+	var dump []byte
+	if err := poll(ctx, 50*time.Millisecond, func(c context.Context) (bool, error) {
+		dump, err = admin.ConfigDump(c, true)
+		return err == nil && bytes.Contains(dump, []byte(`"`+path+`"`)), err
+	}); err != nil {
+		t.Fatalf("the sample Watcher's route %s never arrived at Envoy: %v", path, err)
 	}
 
-	got, err := normalise(gw.Resources())
+	// The bootstrap pilot-agent rendered from Istio's template.
+	binary, err := testenv.EnvoyBinary()
+	must(t, err)
+	must(t, envoy.Validate(ctx, binary, filepath.Join(s.gateway.dir, "etc", "istio", "proxy", "envoy-rev.json")))
+
+	si, err := admin.ServerInfo(ctx)
+	must(t, err)
+	xds, err := envoy.WithoutBootstrap(dump)
+	must(t, err)
+	unknown, err := envoy.UnknownExtensions(xds, si.Node.Extensions)
+	must(t, err)
+	for typ, where := range unknown {
+		t.Errorf("the gateway's config names %s (at %s), which Envoy %s does not have", typ, where, si.Version)
+	}
+
+	got, err := normaliseConfigDump(dump, map[int]int{s.gatewayPort: 18443})
 	must(t, err)
 	golden := filepath.Join("testdata", "istiod-gateway-xds.json")
 	if *update {
@@ -103,7 +144,7 @@ func TestIstiodGatewayXDS(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		tmp := filepath.Join(os.TempDir(), "istiod-gateway-xds.got.json")
 		_ = os.WriteFile(tmp, got, 0o644)
-		t.Fatalf("istiod's gateway xDS differs from %s (what it generated now: %s; diff them, and run with -update when the change is intended)", golden, tmp)
+		t.Fatalf("the gateway's xDS from istiod differs from %s (what Envoy has now: %s; diff them, and run with -update when the change is intended)", golden, tmp)
 	}
 }
 
@@ -111,91 +152,76 @@ func TestIstiodGatewayXDS(t *testing.T) {
 // whose endpoint is a random port: left out of the golden file.
 const apiServerCluster = "outbound|443||kubernetes.default.svc.cluster.local"
 
-// normalise renders the resources as JSON with sorted keys, without the API
-// server's cluster. A typed config whose type this module does not know
-// (istio.alpn's) is rendered by its type URL only.
-func normalise(byType map[string][]proto.Message) ([]byte, error) {
-	out := map[string][]any{}
-	for t, ms := range byType {
-		for _, m := range ms {
-			if n := m.ProtoReflect().Descriptor().Fields().ByName("name"); n != nil && m.ProtoReflect().Get(n).String() == apiServerCluster {
-				continue
-			}
-			if n := m.ProtoReflect().Descriptor().Fields().ByName("cluster_name"); n != nil && m.ProtoReflect().Get(n).String() == apiServerCluster {
-				continue
-			}
-			m = proto.Clone(m)
-			if err := knownAnys(m.ProtoReflect()); err != nil {
-				return nil, err
-			}
-			b, err := protojson.Marshal(m)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", t, err)
-			}
-			var v any
-			if err := json.Unmarshal(b, &v); err != nil {
-				return nil, err
-			}
-			out[t] = append(out[t], v)
+// normaliseConfigDump keeps of Envoy's config_dump what came over xDS —
+// listeners (LDS), routes (RDS), clusters (CDS), endpoints (EDS) and the
+// names of the secrets (SDS) — without versions, times and the API
+// server's cluster, each list sorted by name, the ports in ports replaced,
+// as JSON with sorted keys.
+func normaliseConfigDump(dump []byte, ports map[int]int) ([]byte, error) {
+	for from, to := range ports {
+		dump = bytes.ReplaceAll(dump, []byte(`"port_value": `+strconv.Itoa(from)), []byte(`"port_value": `+strconv.Itoa(to)))
+		for _, end := range []string{`"`, `;`} { // names and stat prefixes
+			dump = bytes.ReplaceAll(dump, []byte(`_`+strconv.Itoa(from)+end), []byte(`_`+strconv.Itoa(to)+end))
 		}
+	}
+	var d struct {
+		Configs []map[string]any `json:"configs"`
+	}
+	if err := json.Unmarshal(dump, &d); err != nil {
+		return nil, err
+	}
+	out := map[string][]any{}
+	add := func(typ string, v any) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return
+		}
+		if m["name"] == apiServerCluster || m["cluster_name"] == apiServerCluster {
+			return
+		}
+		out[typ] = append(out[typ], m)
+	}
+	list := func(m map[string]any, key string) []any { l, _ := m[key].([]any); return l }
+	for _, c := range d.Configs {
+		switch t, _ := c["@type"].(string); {
+		case strings.HasSuffix(t, ".ListenersConfigDump"):
+			for _, l := range list(c, "dynamic_listeners") {
+				if st, ok := l.(map[string]any)["active_state"].(map[string]any); ok {
+					add("LDS", st["listener"])
+				}
+			}
+		case strings.HasSuffix(t, ".RoutesConfigDump"):
+			for _, r := range list(c, "dynamic_route_configs") {
+				add("RDS", r.(map[string]any)["route_config"])
+			}
+		case strings.HasSuffix(t, ".ClustersConfigDump"):
+			for _, cl := range list(c, "dynamic_active_clusters") {
+				add("CDS", cl.(map[string]any)["cluster"])
+			}
+		case strings.HasSuffix(t, ".EndpointsConfigDump"):
+			for _, e := range list(c, "dynamic_endpoint_configs") {
+				add("EDS", e.(map[string]any)["endpoint_config"])
+			}
+		case strings.HasSuffix(t, ".SecretsConfigDump"):
+			for _, sec := range list(c, "dynamic_active_secrets") {
+				add("SDS", map[string]any{"name": sec.(map[string]any)["name"]})
+			}
+		}
+	}
+	for _, l := range out {
+		sort.Slice(l, func(i, j int) bool { return nameOf(l[i]) < nameOf(l[j]) })
 	}
 	b, err := json.MarshalIndent(out, "", " ")
 	return append(b, '\n'), err
 }
 
-// knownAnys replaces, anywhere in m, an Any of an unregistered type by a
-// StringValue holding its type URL.
-func knownAnys(m protoreflect.Message) error {
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-			return true
-		}
-		switch {
-		case fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len() && err == nil; i++ {
-				err = knownAny(l.Get(i).Message())
-			}
-		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.MessageKind {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					err = knownAny(mv.Message())
-					return err == nil
-				})
-			}
-		default:
-			err = knownAny(v.Message())
-		}
-		return err == nil
-	})
-	return err
-}
-
-func knownAny(m protoreflect.Message) error {
-	a, ok := m.Interface().(*anypb.Any)
-	if !ok {
-		return knownAnys(m)
+func nameOf(v any) string {
+	m, _ := v.(map[string]any)
+	if n, ok := m["name"].(string); ok {
+		return n
 	}
-	if _, err := protoregistry.GlobalTypes.FindMessageByURL(a.GetTypeUrl()); err != nil {
-		url := a.GetTypeUrl()
-		repl, err := anypb.New(wrapperspb.String(url))
-		if err != nil {
-			return err
-		}
-		a.TypeUrl, a.Value = repl.TypeUrl, repl.Value
-		return nil
-	}
-	inner, err := a.UnmarshalNew()
-	if err != nil {
-		return err
-	}
-	if err := knownAnys(inner.ProtoReflect()); err != nil {
-		return err
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(inner)
-	a.Value = b
-	return err
+	n, _ := m["cluster_name"].(string)
+	return n
 }
 
 func must(t *testing.T, err error) {

@@ -6,15 +6,11 @@
 // plane (istiod, istiod.go: it reads the manifests' Gateway,
 // AuthorizationPolicy and mesh config from the KCP API server), cert-manager's
 // own controllers (in-process, test/cmcontrollers) with kube-controller-manager's
-// garbage collector and namespace controller, and the stand-in for what
-// cannot run here:
-//
-//   - the Istio ingress gateway's data plane (Envoy): test/gateway is an
-//     xDS client of istiod and does what its listeners, routes and clusters
-//     say (mTLS, XFCC, ext_authz, routing);
-//   - the kubelet's Secret volume: the SKR's skr-webhook-tls Secret is
-//     mirrored into the files the skr-webhook reads, as a mounted Secret
-//     would be.
+// garbage collector and namespace controller, the Istio ingress gateway
+// itself — upstream Envoy started by Istio's pilot-agent and configured by
+// istiod (gateway.go) —, and in place of the kubelet's Secret volume: the
+// SKR's skr-webhook-tls Secret is mirrored into the files the skr-webhook
+// reads, as a mounted Secret would be.
 //
 // `make run` and the e2e suite both use it.
 package localenv
@@ -29,7 +25,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +42,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
@@ -90,6 +84,10 @@ type Options struct {
 	// HeartbeatInterval is the skr-webhook's --heartbeat-interval (0: its
 	// default).
 	HeartbeatInterval time.Duration
+	// LogAllChecks makes ext-authz write every Check to its decision log
+	// (allows too, not a sample), with the path it was asked about
+	// (ExtAuthzLog).
+	LogAllChecks bool
 	// LogReviews makes every skr-webhook it starts log each admission
 	// review it answers (ReviewLogFlags), so a test can tell which webhook
 	// reviewed which write, and when.
@@ -106,7 +104,7 @@ type System struct {
 	Env      *testenv.Env
 	KCP, SKR *testenv.Cluster
 	Dir      string
-	// GatewayAddr is host:port of the gateway stand-in (what SKRs post to).
+	// GatewayAddr is host:port of the gateway (Envoy; what SKRs post to).
 	GatewayAddr string
 	// WebhookMetricsURL is the skr-webhook's /metrics.
 	WebhookMetricsURL string
@@ -124,11 +122,13 @@ type System struct {
 	wg          sync.WaitGroup
 	procs       []*process
 	gatewayPort int
-	gwMu        sync.Mutex
-	gwStop      context.CancelFunc
-	gw          *gateway.Gateway
-	gwDone      <-chan struct{}
 	certDir     string
+
+	// gateway.go: pilot-agent and Envoy, and how to start them again;
+	// gatewayCredentials: the Gateway's certificate and client CA exist
+	// (a start waits until Envoy serves them).
+	gateway            gatewayProcess
+	gatewayCredentials bool
 
 	// delivery.go: the skr-webhook's process and how to start it again,
 	// the operators and their Service stand-in.
@@ -234,7 +234,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	if err != nil {
 		return s, err
 	}
-	istioPorts, err := s.ports.reserve(3) // istiod: xDS, HTTP, metrics
+	istioPorts, err := s.ports.reserve(7) // istiod: xDS, HTTP, metrics; gateway: Envoy admin, agent, health, stats
 	if err != nil {
 		return s, err
 	}
@@ -253,6 +253,9 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.authz = extAuthzProcess{binary: binaries["ext-authz"], health: authzHealth, args: []string{
 		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-probe-bind-address", authzHealth,
 		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace}}
+	if o.LogAllChecks {
+		s.authz.args = append(s.authz.args, "--decision-log-allow-sample-rate", "1", "--decision-log-max-lines-per-second", "10000")
+	}
 	if err := s.SetExtAuthzUp(ctx, true); err != nil {
 		return s, err
 	}
@@ -303,7 +306,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 
-	if err := s.startGateway(ctx, runCtx, []LocalService{
+	if err := s.startGateway(ctx, []LocalService{
 		{Name: ExtAuthzService, Namespace: KymaNamespace, Port: ExtAuthzPort, Protocol: "GRPC", Addr: authzGRPC},
 		{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort, Protocol: "HTTP", Addr: opListen},
 		{Name: ModuleSyncService, Namespace: KymaNamespace, Port: ModuleSyncPort, Protocol: "HTTP", Addr: msListen},
@@ -311,7 +314,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}, istioPorts); err != nil {
 		return s, err
 	}
-	s.step("gateway stand-in (Envoy's part of the Istio ingress gateway: xDS from istiod) on %s", s.GatewayAddr)
+	s.step("gateway (Envoy %s started by pilot-agent, admin %s) has its listener on %s from istiod", testenv.EnvoyVersion, s.gateway.admin.URL, s.GatewayAddr)
 
 	s.vsBinary, s.vsHealth = binaries["vs-controller"], vsHealth
 	s.vsArgs = []string{
@@ -349,12 +352,11 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 	s.step("vs-controller obtained the runtime certificate and applied the webhook bundle to the SKR")
-	credCtx, credCancel := context.WithTimeout(ctx, time.Minute)
-	defer credCancel()
-	if err := s.gw.WaitServing(credCtx); err != nil {
+	s.gatewayCredentials = true
+	if err := s.waitGatewayServing(ctx, s.gateway.p); err != nil {
 		return s, fmt.Errorf("gateway credentials from %s/%s and its -cacert: %w", GatewayNamespace, GatewayTLSSecret, err)
 	}
-	s.step("gateway stand-in serves with %s/%s and the client CA bundle vs-controller wrote", GatewayNamespace, GatewayTLSSecret)
+	s.step("gateway serves with %s/%s and the client CA bundle vs-controller wrote (SDS from istiod)", GatewayNamespace, GatewayTLSSecret)
 
 	caFile := filepath.Join(s.certDir, "ca.crt")
 	s.webhookBinary, s.webhookHealth, s.webhookAddr = binaries["skr-webhook"], webhookHealth, webhookListen
@@ -419,9 +421,9 @@ func readEvents(r io.Reader, out chan<- ReceivedEvent) error {
 
 // startGateway registers the services istiod routes to (ServiceEntries
 // with local endpoints), applies the Gateway and AuthorizationPolicy of
-// the manifests, starts istiod and connects the gateway stand-in to it as
-// the ingress gateway's data plane.
-func (s *System) startGateway(ctx, runCtx context.Context, services []LocalService, istioPorts []int) error {
+// the manifests, starts istiod and then the gateway (pilot-agent and Envoy,
+// gateway.go), and returns once Envoy has its listener from istiod.
+func (s *System) startGateway(ctx context.Context, services []LocalService, istioPorts []int) error {
 	if err := applyIstioConfig(ctx, s.KCP.Client, services); err != nil {
 		return err
 	}
@@ -432,66 +434,18 @@ func (s *System) startGateway(ctx, runCtx context.Context, services []LocalServi
 		return err
 	}
 	s.step("istiod %s ready in %s (xDS %s, debug %s, metrics %s)", s.istioVersion(), time.Since(start).Round(time.Millisecond), s.Istiod.XDSAddr, s.Istiod.DebugURL, s.Istiod.MetricsURL)
-	s.gw, err = gateway.New(gateway.Config{
-		XDSAddr: s.Istiod.XDSAddr, Secrets: s.KCP.Client, ListenHost: "127.0.0.1",
-		Node: gateway.Node{Name: GatewayProxyName, Namespace: GatewayNamespace, Labels: GatewayLabels, IP: GatewayProxyIP,
-			ClusterID: "Kubernetes", DomainSuffix: IstioClusterDomain},
-		Log: s.opts.Log.WithName("gateway"),
-	})
+	mesh, err := MeshConfig()
 	if err != nil {
 		return err
 	}
-	s.goRun(func() error { return s.gw.Run(runCtx) })
+	if err := s.prepareGateway(ctx, mesh, istioPorts[3], istioPorts[4], istioPorts[5], istioPorts[6]); err != nil {
+		return err
+	}
 	start = time.Now()
-	if err := s.waitGatewayConfig(ctx); err != nil {
+	if err := s.SetGatewayUp(ctx, true); err != nil {
 		return err
 	}
-	s.step("istiod pushed the gateway's configuration in %s (xDS versions %v)", time.Since(start).Round(time.Millisecond), s.gw.Versions())
-	return s.SetGatewayUp(true)
-}
-
-// waitGatewayConfig waits until the stand-in accepted a listener on the
-// gateway's port from istiod.
-func (s *System) waitGatewayConfig(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		changed := s.gw.Changed()
-		if slices.Contains(s.gw.Ports(), uint32(s.gatewayPort)) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no gateway listener on port %d from istiod (ports %v, xDS versions %v; logs in %s): %w",
-				s.gatewayPort, s.gw.Ports(), s.gw.Versions(), filepath.Join(s.Dir, "logs"), ctx.Err())
-		case <-changed:
-		}
-	}
-}
-
-// SetGatewayUp starts or stops the gateway's listeners (KCP gateway
-// outage). A started gateway serves until it is stopped or the system stops.
-func (s *System) SetGatewayUp(up bool) error {
-	s.gwMu.Lock()
-	defer s.gwMu.Unlock()
-	if !up {
-		if s.gwStop != nil {
-			s.gwStop()
-			<-s.gwDone
-			s.gwStop, s.gwDone = nil, nil
-		}
-		return nil
-	}
-	if s.gwStop != nil {
-		return nil
-	}
-	gctx, stop := context.WithCancel(s.runCtx)
-	done, err := s.gw.Serve(gctx)
-	if err != nil {
-		stop()
-		return err
-	}
-	s.gwStop, s.gwDone = stop, done
+	s.step("istiod pushed the gateway's configuration to Envoy in %s", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

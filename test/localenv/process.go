@@ -28,6 +28,12 @@ type process struct {
 }
 
 func startProcess(dir, name, binary string, stdout io.Writer, env []string, args ...string) (*process, error) {
+	return startProcessIn(dir, "", name, binary, stdout, env, args...)
+}
+
+// startProcessIn is startProcess with the working directory workdir ("":
+// this process's).
+func startProcessIn(dir, workdir, name, binary string, stdout io.Writer, env []string, args ...string) (*process, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
@@ -38,6 +44,7 @@ func startProcess(dir, name, binary string, stdout io.Writer, env []string, args
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = workdir
 	cmd.Stderr = logFile
 	cmd.Stdout = logFile
 	if stdout != nil {

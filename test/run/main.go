@@ -124,7 +124,7 @@ func run(interval time.Duration) (err error) {
 	}
 
 	// This program's own logs (API server start-up, the in-process
-	// stand-ins) go to a file beside the processes' logs.
+	// controllers) go to a file beside the processes' logs.
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func run(interval time.Duration) (err error) {
 	ctrl.SetLogger(log)
 
 	began := time.Now()
-	fmt.Println("Runtime Watcher — local environment (no containers: real API servers, kube-controller-manager and cert-manager, real binaries, a stand-in for Envoy)")
+	fmt.Println("Runtime Watcher — local environment (no containers: real API servers, kube-controller-manager, cert-manager, istiod and Envoy, real binaries)")
 	fmt.Println("Starting:")
 	sys, err = localenv.Start(ctx, localenv.Options{Dir: dir, Progress: os.Stdout, Log: log})
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
-	"github.com/seed-c8be168e/runtime-watcher/test/gateway/xdstest"
+	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -56,8 +56,8 @@ func listen(t *testing.T) net.Listener {
 
 // TestOneWriteToOperator: an admission review of one SKR write becomes an
 // event whose send span, ext-authz's Check span, the listener's span and the
-// operator's span share one trace, each the child of the one before (the
-// gateway forwards the traceparent as Envoy does).
+// operator's span share one trace, each the child of the one before (Envoy
+// forwards the traceparent).
 func TestOneWriteToOperator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -86,13 +86,10 @@ func TestOneWriteToOperator(t *testing.T) {
 	must(t, err)
 	go func() { _ = lis.Start(ctx) }()
 
-	// The gateway stand-in, configured over ADS as istiod configures it:
-	// ext_authz, then the manager's path to the listener.
-	ads := xdstest.Start(t)
-	edge, err := xdstest.NewEdge(authzLn.Addr().String(), lisLn.Addr().String())
-	must(t, err)
-	must(t, edge.Serve(ads))
-	xdstest.RunGateway(t, ads, edge, xdstest.Secrets(gwLeaf, ca), nil)
+	// The gateway: Envoy with the listener, route and clusters istiod
+	// generates for the kcp-gateway: ext_authz, then the manager's path to
+	// the listener.
+	_, gwPort := envoy.StartEdge(t, envoy.NewEdge(authzLn.Addr().String(), lisLn.Addr().String(), gwLeaf, ca))
 
 	// The skr-webhook: admission handler, dispatcher, traced mTLS sender (TLS 1.3 only).
 	dir := t.TempDir()
@@ -102,7 +99,7 @@ func TestOneWriteToOperator(t *testing.T) {
 	must(t, err)
 	kcp, err := delivery.NewClient(delivery.ClientConfig{CAFile: caFile, Certs: staticCert{skrTLS}, MinTLSVersion: tls.VersionTLS13}, testr.New(t))
 	must(t, err)
-	sender, err := delivery.NewHTTPSender("localhost:"+strconv.Itoa(int(edge.Port)), kcp.HTTP)
+	sender, err := delivery.NewHTTPSender("localhost:"+strconv.Itoa(gwPort), kcp.HTTP)
 	must(t, err)
 	sender.WithTracer(tp.Tracer("skr-webhook"))
 	d := delivery.New(delivery.Config{ObjectInterval: -1}, sender, testr.New(t))

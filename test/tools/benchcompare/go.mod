@@ -17,6 +17,7 @@ require (
 )
 
 require (
+	cel.dev/expr v0.25.2 // indirect
 	github.com/agnivade/levenshtein v1.2.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cert-manager/cert-manager v1.21.0 // indirect

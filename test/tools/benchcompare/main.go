@@ -14,6 +14,11 @@
 //     own listener (github.com/kyma-project/runtime-watcher/listener, the
 //     operator of test/tools/kymalistener: it takes the runtime ID from the
 //     certificate in XFCC, as Lifecycle Manager runs it);
+//   - the whole edge (issue 32): upstream Envoy (test/envoy's static edge,
+//     istiod's listener for the kcp-gateway) without an ext_authz filter
+//     (the ceiling), its twin, with ext-authz (SAN pinning) and with OPA
+//     as the ext_authz provider, events over mTLS (HTTP/2) to a bare
+//     net/http upstream; CPU is Envoy's and the authz server's together;
 //   - the skr-webhook's admission latency with the KCP healthy, refusing and
 //     blackholed (skr-webhook's BenchmarkAdmissionLatency).
 //
@@ -118,19 +123,28 @@ func run(o options) error {
 		stopEvents()
 		return fmt.Errorf("listener: %w", err)
 	}
+	edge, stopEdge, err := setupEdge(servers)
+	if err != nil {
+		stopAuthz()
+		stopEvents()
+		stopEdge()
+		return fmt.Errorf("edge: %w", err)
+	}
 	// The repetitions alternate the comparisons, so a change in the
 	// machine's load meets both.
 	for rep := range o.n {
-		for _, c := range []*comparison{authz, events} {
+		for _, c := range []*comparison{authz, events, edge} {
 			if err := runRepetition(o, c, t, rep); err != nil {
 				stopAuthz()
 				stopEvents()
+				stopEdge()
 				return err
 			}
 		}
 		fmt.Fprintf(os.Stderr, "benchcompare: repetition %d of %d done after %s\n", rep+1, o.n, seconds(time.Since(started)))
 	}
 	t.notes = append(t.notes, authzNote())
+	stopEdge()
 	stopAuthz()
 	stopEvents()
 	if !o.skipWebhook {
@@ -209,6 +223,9 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 		return nil, cleanup, err
 	}
 	pid := p.Cmd.Process.Pid
+	edgeAuthz.ca, edgeAuthz.extAuthzAddr = ca, p.GRPCAddr
+	edgeAuthz.extAuthzCPU = func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }
+	edgeAuthz.runtimeID, edgeAuthz.domain = fleet.IDs[0], fleet.Domains[0]
 	authzNote = func() string {
 		rss, _ := p.RSSBytes()
 		hwm, _ := testenv.ProcStatus(pid, "VmHWM")
@@ -234,6 +251,9 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 		}
 		cleanups = append(cleanups, func() { _ = child.Stop() })
 		addrs[i], c.servers[i].cpu = child.Addr, child.CPU
+		if kind == kindOPA {
+			edgeAuthz.opaAddr, edgeAuthz.opaCPU = child.Addr, child.CPU
+		}
 	}
 	checkers := make([]*loadgen.Checker, len(addrs))
 	for i, addr := range addrs {

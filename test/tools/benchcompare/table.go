@@ -36,7 +36,7 @@ func (t *table) get(group, load, server, role string) *row {
 }
 
 // subject is the server each comparison is about; peers are compared to it.
-var subjects = map[string]string{groupExtAuthz: "ext-authz", groupListener: "listener"}
+var subjects = map[string]string{groupExtAuthz: "ext-authz", groupListener: "listener", groupEdge: edgeSubject}
 
 const rolePeer = "peer"
 
@@ -91,6 +91,12 @@ func goals(r *row) []measured {
 		return []measured{{loadgen.ListenerCPUOpen, med(r.cpuRatio)}}
 	case r.group == groupListener && r.role == rolePeer && r.load == openLoad:
 		return []measured{{loadgen.ListenerCPUvsKyma, med(r.subjectRatio)}}
+	case r.server == edgeSubject && r.load == openLoad:
+		return []measured{{loadgen.EdgeAddedP50, med(r.addedP50)}}
+	case r.server == edgeSubject:
+		return []measured{{loadgen.EdgeCPUClosed, med(r.cpuRatio)}}
+	case r.group == groupEdge && r.role == rolePeer:
+		return []measured{{loadgen.EdgeCPUvsOPA, med(r.subjectRatio)}}
 	case r.server == "skr-webhook":
 		return []measured{{loadgen.WebhookAdmissionP99, med(r.p99) / 1000}}
 	}
@@ -159,7 +165,9 @@ func describe(r *row, m measured) string {
 		return fmt.Sprintf("ext-authz's CPU / this: %.3f×, %s", m.value, m.goal)
 	case loadgen.ListenerCPUvsKyma:
 		return fmt.Sprintf("the listener's CPU / this: %.2f×, %s", m.value, m.goal)
-	case loadgen.ExtAuthzAddedP50:
+	case loadgen.EdgeCPUvsOPA:
+		return fmt.Sprintf("the edge's CPU / this: %.3f×, %s", m.value, m.goal)
+	case loadgen.ExtAuthzAddedP50, loadgen.EdgeAddedP50:
 		return fmt.Sprintf("p50 added %s", m.goal)
 	case loadgen.WebhookAdmissionP99:
 		return fmt.Sprintf("p99 %s", m.goal)
@@ -179,7 +187,7 @@ func (t *table) twin(r *row) *row {
 
 // goalList describes every goal of the table.
 func goalList(b *strings.Builder) {
-	for _, g := range []loadgen.Goal{loadgen.ExtAuthzCPUClosed, loadgen.ExtAuthzCPUOpen, loadgen.ExtAuthzCPUvsOPA, loadgen.ExtAuthzAddedP50, loadgen.ListenerCPUOpen, loadgen.ListenerCPUvsKyma, loadgen.WebhookAdmissionP99} {
+	for _, g := range []loadgen.Goal{loadgen.ExtAuthzCPUClosed, loadgen.ExtAuthzCPUOpen, loadgen.ExtAuthzCPUvsOPA, loadgen.ExtAuthzAddedP50, loadgen.ListenerCPUOpen, loadgen.ListenerCPUvsKyma, loadgen.EdgeCPUClosed, loadgen.EdgeCPUvsOPA, loadgen.EdgeAddedP50, loadgen.WebhookAdmissionP99} {
 		fmt.Fprintf(b, "- %s %s (issue %d)\n", g.What, g, g.Issue)
 	}
 }
