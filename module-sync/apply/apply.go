@@ -220,6 +220,29 @@ func Apply(ctx context.Context, skr client.Client, grant grants.Grant, sr *v1alp
 	return res
 }
 
+// Unreachable is the result of a pass that could not reach the runtime
+// before its first item (err): every item "not attempted", the inventory
+// kept, retried.
+func Unreachable(sr *v1alpha1.SyncResource, err error) Result {
+	res := Result{Unreachable: err, Retry: true}
+	prev := map[string]*v1alpha1.ObjectReference{}
+	for _, it := range sr.Status.Items {
+		prev[it.Name] = it.Object
+	}
+	for _, item := range sr.Spec.Items {
+		res.Items = append(res.Items, v1alpha1.ItemStatus{Name: item.Name, State: v1alpha1.ItemError, Object: prev[item.Name],
+			Message: "not attempted: the runtime cannot be reached"})
+		delete(prev, item.Name)
+	}
+	for _, it := range sr.Status.Items {
+		if _, removed := prev[it.Name]; removed && it.Object != nil {
+			res.Items = append(res.Items, v1alpha1.ItemStatus{Name: it.Name, State: v1alpha1.ItemError, Object: it.Object,
+				Message: "removed from the spec; not deleted yet: the runtime cannot be reached"})
+		}
+	}
+	return res
+}
+
 // Cleanup deletes from the runtime what sr created: its inventory and the
 // objects of its CreateAndSync items, as far as they carry OwnerAnnotation
 // for sr and grant allows it (an object outside the grant is left in the

@@ -54,7 +54,8 @@ var ErrWorkloadPolicyInactive = errors.New("the runtime does not enforce the mod
 // PolicyActive returns nil once the runtime's API server refuses, for the
 // probe user (probe acts as ProbeUser), a dry-run Pod that mounts the
 // bundle's Secret — the policy is in effect there — and remembers that per
-// runtimeKey; ErrWorkloadPolicyInactive (wrapped) until then.
+// runtimeKey; ErrWorkloadPolicyInactive (wrapped) while the runtime answers
+// otherwise, and the transport's error when it does not answer.
 func (r *Renderer) PolicyActive(ctx context.Context, probe client.Client, runtimeKey string) error {
 	r.mu.Lock()
 	ok := r.active[runtimeKey]
@@ -81,6 +82,10 @@ func (r *Renderer) PolicyActive(ctx context.Context, probe client.Client, runtim
 		r.active[runtimeKey] = true
 		r.mu.Unlock()
 		return nil
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return err // the runtime did not answer: the caller's unreachable runtime
 	}
 	return fmt.Errorf("%w: %w", ErrWorkloadPolicyInactive, err)
 }

@@ -172,6 +172,30 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 		}
 	})
 
+	// Issue 33: a module granted ConfigMaps in kyma-system adopted and
+	// rewrote the bundle's managers file (heartbeat opt-in) and could write
+	// the take-over objects: every name of the bundle's one list is refused.
+	It("refuses the bundle's managers file and take-over objects, even with adopt", func(ctx SpecContext) {
+		var items []v1alpha1.SyncItem
+		for _, name := range []string{"skr-webhook-managers", "skr-webhook-takeover", "skr-webhook-takeover-tls"} {
+			it := item(name, fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":%q},"data":{"managers":"attacker heartbeats\n"}}`,
+				name, localenv.SKRNamespace))
+			it.Adopt = true
+			items = append(items, it)
+		}
+		before := &corev1.ConfigMap{}
+		Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "skr-webhook-managers"}, before)).To(Succeed())
+		got := attack(ctx, "e2e-attack-bundle", items...)
+		for _, st := range got.Status.Items {
+			Expect(st.State).To(Equal(v1alpha1.ItemRefused), "%s", st.Name)
+			Expect(st.Message).To(ContainSubstring("watcher's bundle"), "%s", st.Name)
+		}
+		after := &corev1.ConfigMap{}
+		Expect(env.SKR().Get(ctx, client.ObjectKeyFromObject(before), after)).To(Succeed())
+		Expect(after.Data).To(Equal(before.Data), "the managers file was rewritten")
+		Expect(after.Annotations).NotTo(HaveKey("operator.kyma-project.io/sync-resource"))
+	})
+
 	// Issue 33: a manager whose grant is not installed yet (or was
 	// removed) still holds the standard module-manager RBAC; it created a
 	// SyncResource of another module, which stayed after its own grant

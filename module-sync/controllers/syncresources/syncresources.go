@@ -174,6 +174,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	pass, cancel := context.WithTimeout(ctx, r.PassTimeout)
 	defer cancel()
 	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
+	var unreachableErr *unreachable
+	if errors.As(err, &unreachableErr) {
+		err = nil // reported per item below, as an unreachable runtime
+	}
 	if err != nil {
 		reason := "RuntimeUnreachable"
 		if kymaGone {
@@ -195,7 +199,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 
-	res := apply.Apply(pass, skr, grant, sr)
+	var res apply.Result
+	if skr == nil {
+		res = apply.Unreachable(sr, errors.New(skrclient.Bounded(unreachableErr.err.Error())))
+	} else {
+		res = apply.Apply(pass, skr, grant, sr)
+	}
 	if rbacErr != nil {
 		ctrl.LoggerFrom(ctx).Info("module RBAC not written; retrying", "error", skrclient.Bounded(rbacErr.Error()))
 		res.Retry = true
@@ -266,12 +275,25 @@ func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr 
 	if err == nil {
 		err = r.RBAC.PolicyActive(ctx, probe, r.Runtimes.Key(runtimeID))
 	}
+	if err != nil && !errors.Is(err, grants.ErrWorkloadPolicyInactive) {
+		return nil, grant, false, nil, &unreachable{err}
+	}
 	if err != nil {
 		return nil, grant, false, nil, errors.Join(err, rbacErr)
 	}
 	skr, err = r.Runtimes.ForUser(ctx, runtimeID, grants.User(sr.Spec.Module))
 	return skr, grant, false, rbacErr, err
 }
+
+// unreachable: the runtime did not answer module-sync's probe of its
+// workload policy; the pass reports it as Apply reports an unreachable
+// runtime (apply.Unreachable).
+type unreachable struct{ err error }
+
+func (u *unreachable) Error() string {
+	return "the runtime cannot be reached: " + skrclient.Bounded(u.err.Error())
+}
+func (u *unreachable) Unwrap() error { return u.err }
 
 // writerAllowed says whether sr's recorded writer may have it applied:
 // named in its module's grant, or a platform writer (with a grant of the
