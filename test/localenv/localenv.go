@@ -188,7 +188,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return s, err
 	}
 	s.KCP, s.SKR = s.Env.Cluster("kcp"), s.Env.Cluster("skr")
-	s.step("KCP API server %s and SKR API server %s are up", s.KCP.Config.Host, s.SKR.Config.Host)
+	s.step("KCP API server %s (Kubernetes %s) and SKR API server %s (Kubernetes %s) are up", s.KCP.Config.Host, testenv.KubernetesVersion, s.SKR.Config.Host, testenv.SKRKubernetesVersion)
 
 	for _, ns := range []string{KymaNamespace, GatewayNamespace} {
 		if err := s.KCP.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
