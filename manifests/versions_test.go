@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -51,7 +50,10 @@ var _ = Describe("the versions table (docs/deploying.md)", func() {
 		Expect(goModVersion(skrMod, "k8s.io/kubernetes")).To(Equal("v" + v))
 		Expect(makeVar(makefile, "SKR_K8S_VERSION")).To(Equal(v))
 		Expect(testenv.SKRKubernetesVersion).To(Equal(v))
-		kcp, skr := minorNumber(table["Kubernetes, KCP"]), minorNumber(v)
+		kcp, err := testenv.MinorOf(table["Kubernetes, KCP"])
+		Expect(err).NotTo(HaveOccurred())
+		skr, err := testenv.MinorOf(v)
+		Expect(err).NotTo(HaveOccurred())
 		Expect(kcp-skr).To(BeNumerically(">=", 2), "an old SKR beside a new KCP: %s and %s", v, table["Kubernetes, KCP"])
 		Expect(readEnvFile("test/kind/versions.env")["KIND_SKR_NODE_IMAGE"]).To(HavePrefix("kindest/node:v1." + minor("v"+v) + "."))
 	})
@@ -135,11 +137,4 @@ func makeVar(makefile []byte, name string) string {
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s*\?=\s*(\S+)`).FindSubmatch(makefile)
 	Expect(m).NotTo(BeNil(), "the Makefile sets no %s", name)
 	return string(m[1])
-}
-
-func minorNumber(v string) int {
-	GinkgoHelper()
-	n, err := strconv.Atoi(minor("v" + strings.TrimPrefix(v, "v")))
-	Expect(err).NotTo(HaveOccurred(), "version %q", v)
-	return n
 }

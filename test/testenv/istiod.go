@@ -1,11 +1,9 @@
 package testenv
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // IstioModule is the module whose version test/tools/istio/go.mod pins; its
@@ -14,25 +12,7 @@ const IstioModule = "istio.io/istio"
 
 // IstioVersion is the istio.io/istio version test/tools/istio/go.mod pins.
 func IstioVersion() (string, error) {
-	path := filepath.Join(RepoRoot(), "test", "tools", "istio", "go.mod")
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i := 0; i+1 < len(fields); i++ {
-			if fields[i] == IstioModule {
-				return fields[i+1], nil
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("%s does not require %s", path, IstioModule)
+	return GoModRequire(filepath.Join("test", "tools", "istio", "go.mod"), IstioModule)
 }
 
 // IstiodBinary is the path of pilot-discovery that `make istio-assets`
