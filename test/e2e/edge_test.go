@@ -85,7 +85,13 @@ var _ = Describe("Edge (real Envoy)", Ordered, ContinueOnFailure, Label("edge"),
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), strings.NewReader("{}"))
 		Expect(err).NotTo(HaveOccurred())
 		_, err = env.HTTPClient(nil).Do(req)
-		Expect(err).To(MatchError(ContainSubstring("certificate required")), "TLS 1.3: Envoy's alert after the handshake")
+		// TLS 1.3: the client's side of the handshake ends before Envoy has
+		// checked for a certificate, so the request sees either Envoy's
+		// alert or the connection Envoy closed after sending it (a write
+		// racing the alert: broken pipe or reset). Which one is timing; that
+		// Envoy refused for want of a certificate is its counter below.
+		Expect(err).To(MatchError(Or(ContainSubstring("certificate required"), ContainSubstring("broken pipe"),
+			ContainSubstring("connection reset by peer"))), "TLS 1.3: Envoy's alert after the handshake, or its closed connection")
 		Eventually(func(ctx context.Context) uint64 {
 			return stats(ctx, `ssl\.fail_verify_no_cert$`).Sum("ssl.fail_verify_no_cert")
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeNumerically(">", before.Sum("ssl.fail_verify_no_cert")))
