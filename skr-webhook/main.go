@@ -61,6 +61,7 @@ type app struct {
 	clientCerts  *certwatcher.CertWatcher
 	client       *delivery.Client
 	dispatcher   *delivery.Dispatcher
+	reporter     *delivery.HealthReporter // nil with --health-interval 0
 	handler      *admission.Handler
 	registry     *prometheus.Registry // the webhook's own metrics (/metrics adds controller-runtime's)
 	tracer       *sdktrace.TracerProvider
@@ -120,6 +121,11 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	dcfg := cfg.dispatcherConfig()
 	dcfg.Registerer = reg
 	a.dispatcher = delivery.New(dcfg, sender, log.WithName("delivery"))
+	if cfg.healthInterval > 0 {
+		a.reporter = delivery.NewHealthReporter(delivery.HealthConfig{
+			Interval: cfg.healthInterval, AttemptTimeout: cfg.requestTimeout, Registerer: reg,
+		}, sender, a.dispatcher.FailingManagers, log.WithName("health"))
+	}
 	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg)).
 		LimitInFlight(cfg.maxInFlight, a.dispatcher)
 
@@ -215,6 +221,10 @@ func (a *app) run(ctx context.Context) error {
 		}()
 	}
 	a.dispatcher.Start()
+	if a.reporter != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.reporter.Run(watchCtx) }()
+	}
 	errc := make(chan error, 3)
 	serve := func(name string, f func() error) {
 		go func() {

@@ -14,10 +14,13 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +163,11 @@ type Dispatcher struct {
 	failing  atomic.Bool     // an attempt failed retriably since the last recovery
 	lastOK   atomic.Int64    // clock time (UnixNano) of the last delivery
 
+	// streaks: managers whose every attempt failed since the time given,
+	// the last with the class given (FailingManagers; health reports).
+	streakMu sync.Mutex
+	streaks  map[string]streak
+
 	ctx      context.Context // cancelled when the drain time is up
 	cancel   context.CancelFunc
 	stopping chan struct{} // closed by Shutdown: stops the heartbeats
@@ -181,6 +189,7 @@ func New(cfg Config, sender Sender, log logr.Logger) *Dispatcher {
 		sender:   sender,
 		log:      log,
 		managers: map[string]*manager{},
+		streaks:  map[string]streak{},
 		ctx:      ctx,
 		cancel:   cancel,
 		stopping: make(chan struct{}),
@@ -502,6 +511,7 @@ func (d *Dispatcher) attempt(l *Lease) {
 	cancel()
 	d.metrics.attemptDuration.WithLabelValues(string(r.Outcome)).Observe(d.clock.Since(start).Seconds())
 	d.metrics.attempts.WithLabelValues(ResultClass(r)).Inc()
+	d.noteStreak(l.Key.Manager, r)
 	if l.Key.Control == ControlHeartbeat && r.Outcome != Delivered {
 		d.metrics.heartbeatsFailed.Inc()
 	}
@@ -564,6 +574,57 @@ func (d *Dispatcher) attempt(l *Lease) {
 	}
 }
 
+// streak: every attempt for a manager failed since since; class is the last.
+type streak struct {
+	since time.Time
+	class string
+}
+
+// noteStreak: a delivery ends a manager's failing streak, a retriable
+// failure starts or extends it; a refused body says nothing of the path.
+func (d *Dispatcher) noteStreak(manager string, r Result) {
+	d.streakMu.Lock()
+	defer d.streakMu.Unlock()
+	switch r.Outcome {
+	case Delivered:
+		delete(d.streaks, manager)
+	case Retriable:
+		s, ok := d.streaks[manager]
+		if !ok {
+			if len(d.streaks) >= d.cfg.MaxManagers {
+				return
+			}
+			s.since = d.clock.Now()
+		}
+		s.class = ResultClass(r)
+		d.streaks[manager] = s
+	}
+}
+
+// FailingManagers are the managers whose every delivery attempt failed
+// retriably since their last delivery, longest failing first, at most
+// contract.MaxHealthManagers: what the health report carries.
+func (d *Dispatcher) FailingManagers() []contract.ManagerDelivery {
+	now := d.clock.Now()
+	d.streakMu.Lock()
+	out := make([]contract.ManagerDelivery, 0, len(d.streaks))
+	for m, s := range d.streaks {
+		if !contract.ValidManager(m) {
+			continue
+		}
+		secs := min(max(int64(now.Sub(s.since)/time.Second), 0), contract.MaxFailingSeconds)
+		out = append(out, contract.ManagerDelivery{Name: m, Result: s.class, FailingSeconds: secs})
+	}
+	d.streakMu.Unlock()
+	slices.SortFunc(out, func(a, b contract.ManagerDelivery) int {
+		if c := cmp.Compare(b.FailingSeconds, a.FailingSeconds); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out[:min(len(out), contract.MaxHealthManagers)]
+}
+
 // dropReason names a refused body by its status.
 func dropReason(status int) string {
 	switch status {
@@ -604,8 +665,7 @@ func ResultClass(r Result) string {
 	return "4xx"
 }
 
-var resultClasses = []string{"2xx", "3xx", "400", "403", "404", "408", "413", "415", "422", "425", "429", "4xx", "5xx",
-	"transport", "invalid"}
+var resultClasses = contract.DeliveryClasses
 
 // backoff is BaseDelay·2^(attempt-1), capped at MaxDelay, with "equal
 // jitter" (half fixed, half random); a Retry-After asks for at least its

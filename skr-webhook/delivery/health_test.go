@@ -1,0 +1,115 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+)
+
+// A manager's streak starts at its first retriable failure, keeps that
+// start while failures go on, and ends with a delivery; refused bodies say
+// nothing about the path.
+func TestFailingManagers(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	d := New(Config{Clock: clk}, &scripted{}, logr.Discard())
+	d.noteStreak("a", Result{Outcome: Retriable, Status: 404})
+	clk.Step(10 * time.Second)
+	d.noteStreak("b", Result{Outcome: Retriable, Err: errors.New("refused")})
+	d.noteStreak("c", Result{Outcome: Rejected, Status: 400})
+	clk.Step(50 * time.Second)
+	d.noteStreak("a", Result{Outcome: Retriable, Status: 503})
+	got := d.FailingManagers()
+	want := []contract.ManagerDelivery{{Name: "a", Result: "5xx", FailingSeconds: 60}, {Name: "b", Result: "transport", FailingSeconds: 50}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("failing %v, want %v", got, want)
+	}
+	d.noteStreak("a", Result{Outcome: Delivered, Status: 200})
+	if got := d.FailingManagers(); len(got) != 1 || got[0].Name != "b" {
+		t.Fatalf("after a's delivery: %v", got)
+	}
+}
+
+func TestFailingManagersBounded(t *testing.T) {
+	d := New(Config{}, &scripted{}, logr.Discard())
+	for i := range 100 {
+		d.noteStreak("m"+string(rune('a'+i%26))+string(rune('a'+i/26)), Result{Outcome: Retriable, Status: 503})
+	}
+	got := d.FailingManagers()
+	if len(got) != contract.MaxHealthManagers {
+		t.Fatalf("%d managers reported, want %d", len(got), contract.MaxHealthManagers)
+	}
+	b, _ := json.Marshal(contract.HealthReport{Managers: got})
+	if _, err := contract.ParseHealthReport(b); err != nil {
+		t.Fatalf("the KCP would refuse the report: %v", err)
+	}
+}
+
+// The report goes to contract.HealthPath over the sender's client and
+// carries the failing managers; a 503 (a replica that does not evaluate)
+// is tried again.
+func TestHealthReporterRetriesAndCounts(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []contract.HealthReport
+	n := 0
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != contract.HealthPath || r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		b := make([]byte, contract.MaxHealthReportBytes+1)
+		k, _ := r.Body.Read(b)
+		rep, err := contract.ParseHealthReport(b[:k])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		bodies = append(bodies, rep)
+		n++
+		if n <= 2 {
+			http.Error(w, "not evaluating", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	sender, err := NewHTTPSender(srv.Listener.Addr().String(), srv.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	failing := []contract.ManagerDelivery{{Name: "lifecycle-manager", Result: "404", FailingSeconds: 70}}
+	h := NewHealthReporter(HealthConfig{Interval: time.Minute, Attempts: 3, RetryDelay: time.Millisecond, Registerer: reg},
+		sender, func() []contract.ManagerDelivery { return failing }, logr.Discard())
+	if !h.Report(context.Background()) {
+		t.Fatal("report not taken on the third attempt")
+	}
+	if len(bodies) != 3 || len(bodies[2].Managers) != 1 || bodies[2].Managers[0] != failing[0] {
+		t.Fatalf("bodies %v", bodies)
+	}
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_health_reports_total", "result", "5xx"); got != 2 {
+		t.Fatalf("5xx attempts %v, want 2", got)
+	}
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_health_reports_total", "result", "2xx"); got != 1 {
+		t.Fatalf("2xx attempts %v, want 1", got)
+	}
+	// Three refusals: the report is given up (the next interval sends anew).
+	mu.Lock()
+	n = -10
+	mu.Unlock()
+	if h.Report(context.Background()) {
+		t.Fatal("a report refused three times was taken")
+	}
+}

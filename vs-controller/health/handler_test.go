@@ -1,0 +1,56 @@
+package health
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+)
+
+func TestHandler(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	tr := NewTracker(clk, 2)
+	evaluating := true
+	h := tr.Handler(func() bool { return evaluating })
+	do := func(method, path, id, body string) int {
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		if id != "" {
+			r.Header.Set(contract.HeaderRuntimeID, id)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	ok := `{"managers":[{"name":"m","result":"404","failingSeconds":3}]}`
+	for _, tc := range []struct {
+		method, path, id, body string
+		want                   int
+	}{
+		{http.MethodPost, contract.HealthPath, "runtime-a", ok, http.StatusNoContent},
+		{http.MethodPost, contract.HealthPath, "runtime-a", `{}`, http.StatusNoContent},
+		{http.MethodGet, contract.HealthPath, "runtime-a", ``, http.StatusMethodNotAllowed},
+		{http.MethodPost, "/v2/m/event", "runtime-a", ok, http.StatusNotFound},
+		{http.MethodPost, contract.HealthPath, "", ok, http.StatusUnauthorized},
+		{http.MethodPost, contract.HealthPath, strings.Repeat("x", 254), ok, http.StatusUnauthorized},
+		{http.MethodPost, contract.HealthPath, "runtime-a", `{"managers":[{"name":"M!"}]}`, http.StatusBadRequest},
+		{http.MethodPost, contract.HealthPath, "runtime-a", `{"x":"` + strings.Repeat("y", contract.MaxHealthReportBytes) + `"}`, http.StatusRequestEntityTooLarge},
+		{http.MethodPost, contract.HealthPath, "runtime-b", `{}`, http.StatusNoContent},
+		{http.MethodPost, contract.HealthPath, "runtime-c", `{}`, http.StatusServiceUnavailable}, // tracker full
+	} {
+		if got := do(tc.method, tc.path, tc.id, tc.body); got != tc.want {
+			t.Errorf("%s %s id=%.10q body=%.30q: %d, want %d", tc.method, tc.path, tc.id, tc.body, got, tc.want)
+		}
+	}
+	if at, failing, ok := tr.Last("runtime-a"); !ok || !at.Equal(clk.Now()) || len(failing) != 0 {
+		t.Errorf("runtime-a: %v %v %v (the last report had no failing manager)", at, failing, ok)
+	}
+	evaluating = false
+	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", ok); got != http.StatusServiceUnavailable {
+		t.Errorf("not evaluating: %d, want 503", got)
+	}
+}
