@@ -108,6 +108,8 @@ type System struct {
 	GatewayAddr string
 	// WebhookMetricsURL is the skr-webhook's /metrics.
 	WebhookMetricsURL string
+	// VSControllerMetricsURL is vs-controller's /metrics.
+	VSControllerMetricsURL string
 	// Events carries every event the operator reported, in order.
 	Events <-chan ReceivedEvent
 	// ModuleSyncMetricsURL is module-sync's /metrics.
@@ -230,7 +232,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.step("granted module %q its kinds in the SKR (%s)", SampleModule, SampleGrantPath())
 
 	replicas := max(o.OperatorReplicas, 1)
-	ports, err := s.ports.reserve(15 + 3*replicas)
+	ports, err := s.ports.reserve(17 + 3*replicas)
 	if err != nil {
 		return s, err
 	}
@@ -246,6 +248,8 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	webhookListen, webhookHealth := addr(6), addr(7)
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
 	msListen, msHealth, msMetrics, mmHealth := addr(11), addr(12), addr(13), addr(14)
+	vsHealthReports, vsMetrics := addr(15), addr(16)
+	s.VSControllerMetricsURL = "http://" + vsMetrics + "/metrics"
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
@@ -267,7 +271,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		s.operators = []Operator{{Listen: opListen, Health: opHealth, Metrics: opMetrics}}
 	} else {
 		for i := range replicas {
-			s.operators = append(s.operators, Operator{Listen: addr(15 + 3*i), Health: addr(16 + 3*i), Metrics: addr(17 + 3*i)})
+			s.operators = append(s.operators, Operator{Listen: addr(17 + 3*i), Health: addr(18 + 3*i), Metrics: addr(19 + 3*i)})
 		}
 	}
 	var opProcs []*process
@@ -310,6 +314,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		{Name: ExtAuthzService, Namespace: KymaNamespace, Port: ExtAuthzPort, Protocol: "GRPC", Addr: authzGRPC},
 		{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort, Protocol: "HTTP", Addr: opListen},
 		{Name: ModuleSyncService, Namespace: KymaNamespace, Port: ModuleSyncPort, Protocol: "HTTP", Addr: msListen},
+		{Name: VSControllerHealthService, Namespace: KymaNamespace, Port: VSControllerHealthPort, Protocol: "HTTP", Addr: vsHealthReports},
 		{Name: GatewayService, Namespace: GatewayNamespace, Port: 443, Protocol: "HTTPS", Addr: net.JoinHostPort(GatewayProxyIP, strconv.Itoa(s.gatewayPort)), Labels: GatewayLabels},
 	}, istioPorts); err != nil {
 		return s, err
@@ -319,7 +324,8 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.vsBinary, s.vsHealth = binaries["vs-controller"], vsHealth
 	s.vsArgs = []string{
 		"--kubeconfig", s.KCP.KubeconfigPath,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", vsHealth,
+		"--metrics-bind-address", vsMetrics, "--health-probe-bind-address", vsHealth,
+		"--health-report-bind-address", vsHealthReports,
 		"--kyma-namespace", KymaNamespace, "--gateway-namespace", GatewayNamespace, "--skr-namespace", SKRNamespace,
 		"--issuer-name", IssuerName, "--issuer-kind", "Issuer",
 		"--kcp-gateway-host", s.GatewayAddr,
