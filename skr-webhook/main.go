@@ -124,7 +124,7 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	if cfg.healthInterval > 0 {
 		a.reporter = delivery.NewHealthReporter(delivery.HealthConfig{
 			Interval: cfg.healthInterval, AttemptTimeout: cfg.requestTimeout, Registerer: reg,
-		}, sender, a.dispatcher.FailingManagers, log.WithName("health"))
+		}, sender, a.dispatcher, log.WithName("health"))
 	}
 	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg)).
 		LimitInFlight(cfg.maxInFlight, a.dispatcher)

@@ -51,6 +51,16 @@ type ManagerDelivery struct {
 	FailingSeconds int64  `json:"failingSeconds"`
 }
 
+// HealthAnswer is the KCP's 200 answer to a health report (a 204 has none):
+// Resync asks the webhook for a "recovered" resync of every manager, as the
+// KCP had flagged the runtime's path broken and now sees it work.
+type HealthAnswer struct {
+	Resync bool `json:"resync,omitempty"`
+}
+
+// MaxHealthAnswerBytes bounds the answer the webhook reads.
+const MaxHealthAnswerBytes = 1 << 10
+
 // ParseHealthReport decodes and checks a report: at most
 // MaxHealthReportBytes, known keys only, at most MaxHealthManagers managers,
 // each a valid manager name named once, a known failing result class and

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -15,34 +17,55 @@ import (
 )
 
 // SendHealth posts one health report to contract.HealthPath; ctx bounds the
-// attempt. The answer is classified as for events.
-func (s *HTTPSender) SendHealth(ctx context.Context, r contract.HealthReport) Result {
+// attempt. The answer is classified as for events; a 2xx answer's body is
+// the KCP's contract.HealthAnswer (none or unreadable: the zero answer).
+func (s *HTTPSender) SendHealth(ctx context.Context, r contract.HealthReport) (Result, contract.HealthAnswer) {
 	body, err := json.Marshal(r)
 	if err != nil {
-		return Result{Outcome: Rejected, Err: err}
+		return Result{Outcome: Rejected, Err: err}, contract.HealthAnswer{}
 	}
 	u := s.base
 	u.Path = contract.HealthPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
-		return Result{Outcome: Rejected, Err: err}
+		return Result{Outcome: Rejected, Err: err}, contract.HealthAnswer{}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	return s.do(req)
+	resp, err := s.client().Do(req)
+	if err != nil {
+		return Result{Outcome: Retriable, Err: err}, contract.HealthAnswer{}
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, contract.MaxHealthAnswerBytes))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	res := Result{Status: resp.StatusCode, Outcome: Retriable}
+	var a contract.HealthAnswer
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		res.Outcome = Delivered
+		if len(answer) > 0 {
+			_ = json.Unmarshal(answer, &a) // unreadable: no resync asked
+		}
+		return res, a
+	case BadBody(resp.StatusCode):
+		res.Outcome = Rejected
+	}
+	res.Err = fmt.Errorf("kcp answered %d: %q", resp.StatusCode, answer)
+	return res, a
 }
 
 // HealthSender sends one health report (HTTPSender in the binary).
 type HealthSender interface {
-	SendHealth(ctx context.Context, r contract.HealthReport) Result
+	SendHealth(ctx context.Context, r contract.HealthReport) (Result, contract.HealthAnswer)
 }
 
 // HealthConfig of a HealthReporter.
 type HealthConfig struct {
 	// Interval between two reports (docs/architecture.md §4.12).
 	Interval time.Duration
-	// Attempts per report: a report the KCP does not take (a replica that
-	// does not evaluate health answers 503) is tried again after
-	// RetryDelay, up to this many times, within the interval.
+	// Attempts per report (default 8): a report the KCP does not take (a
+	// replica that does not evaluate health answers 421) is tried again
+	// after RetryDelay (default 250 ms), up to this many times.
 	Attempts   int
 	RetryDelay time.Duration
 	// AttemptTimeout bounds one attempt.
@@ -60,18 +83,31 @@ type HealthConfig struct {
 type HealthReporter struct {
 	cfg      HealthConfig
 	sender   HealthSender
-	failing  func() []contract.ManagerDelivery
+	d        Resyncer
 	log      logr.Logger
 	attempts *prometheus.CounterVec
+	// lost: the last report was not taken (the path may have lost reviews).
+	lost bool
 }
 
-// NewHealthReporter reports failing() through sender.
-func NewHealthReporter(cfg HealthConfig, sender HealthSender, failing func() []contract.ManagerDelivery, log logr.Logger) *HealthReporter {
+// Resyncer is what the reporter needs of the Dispatcher.
+type Resyncer interface {
+	FailingManagers() []contract.ManagerDelivery
+	Managers() []string
+	Resync(manager string, reason contract.ResyncReason)
+}
+
+// NewHealthReporter reports d's failing managers through sender and asks d
+// for a "recovered" resync of every manager when the path works again: a
+// report taken after one that was not, or the KCP's answer asking for it
+// (it had flagged the runtime, e.g. for a missing webhook configuration,
+// while this webhook was heard).
+func NewHealthReporter(cfg HealthConfig, sender HealthSender, d Resyncer, log logr.Logger) *HealthReporter {
 	if cfg.Attempts < 1 {
-		cfg.Attempts = 3
+		cfg.Attempts = 8
 	}
 	if cfg.RetryDelay <= 0 {
-		cfg.RetryDelay = time.Second
+		cfg.RetryDelay = 250 * time.Millisecond
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = DefaultAttemptTimeout
@@ -79,7 +115,7 @@ func NewHealthReporter(cfg HealthConfig, sender HealthSender, failing func() []c
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	h := &HealthReporter{cfg: cfg, sender: sender, failing: failing, log: log,
+	h := &HealthReporter{cfg: cfg, sender: sender, d: d, log: log,
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runtime_watcher_skr_webhook_health_reports_total",
 			Help: "Health report attempts (one report per runtime every --health-interval) by result class, as for deliveries.",
@@ -108,19 +144,29 @@ func (h *HealthReporter) Run(ctx context.Context) {
 }
 
 // Report sends one report, retrying as configured; it returns whether the
-// KCP took it.
+// KCP took it. Not run concurrently (Run calls it).
 func (h *HealthReporter) Report(ctx context.Context) bool {
-	r := contract.HealthReport{Managers: h.failing()}
+	r := contract.HealthReport{Managers: h.d.FailingManagers()}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, h.cfg.AttemptTimeout)
-		res := h.sender.SendHealth(actx, r)
+		res, answer := h.sender.SendHealth(actx, r)
 		cancel()
 		h.attempts.WithLabelValues(ResultClass(res)).Inc()
 		if res.Outcome == Delivered {
+			if h.lost || answer.Resync {
+				h.log.Info("watch path works again: requesting a resync of every manager", "afterFailedReport", h.lost, "askedByKCP", answer.Resync)
+				for _, m := range h.d.Managers() {
+					h.d.Resync(m, contract.ResyncRecovered)
+				}
+			}
+			h.lost = false
 			return true
 		}
 		if attempt >= h.cfg.Attempts || res.Outcome == Rejected || ctx.Err() != nil {
 			h.log.Info("health report not taken by the KCP", "status", res.Status, "error", errString(res.Err), "attempts", attempt)
+			// A 421 came from a KCP replica that does not evaluate health:
+			// the path itself works.
+			h.lost = h.lost || res.Status != http.StatusMisdirectedRequest
 			return false
 		}
 		select {

@@ -91,8 +91,9 @@ func TestHealthReporterRetriesAndCounts(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	failing := []contract.ManagerDelivery{{Name: "lifecycle-manager", Result: "404", FailingSeconds: 70}}
+	d := &fakeResyncer{failing: failing, managers: []string{"lifecycle-manager", "module-sync"}}
 	h := NewHealthReporter(HealthConfig{Interval: time.Minute, Attempts: 3, RetryDelay: time.Millisecond, Registerer: reg},
-		sender, func() []contract.ManagerDelivery { return failing }, logr.Discard())
+		sender, d, logr.Discard())
 	if !h.Report(context.Background()) {
 		t.Fatal("report not taken on the third attempt")
 	}
@@ -105,11 +106,65 @@ func TestHealthReporterRetriesAndCounts(t *testing.T) {
 	if got := metric(t, reg, "runtime_watcher_skr_webhook_health_reports_total", "result", "2xx"); got != 1 {
 		t.Fatalf("2xx attempts %v, want 1", got)
 	}
-	// Three refusals: the report is given up (the next interval sends anew).
+	if len(d.resyncs) != 0 {
+		t.Fatalf("resyncs %v after 503s from a path that works", d.resyncs)
+	}
+	// Three refusals: the report is given up (the next interval sends
+	// anew), and the next report taken asks for a resync of every manager.
 	mu.Lock()
 	n = -10
 	mu.Unlock()
 	if h.Report(context.Background()) {
 		t.Fatal("a report refused three times was taken")
+	}
+	mu.Lock()
+	n = 100
+	mu.Unlock()
+	if !h.Report(context.Background()) || len(d.resyncs) != 2 {
+		t.Fatalf("after recovery: resyncs %v, want one per manager", d.resyncs)
+	}
+}
+
+// fakeResyncer stands for the Dispatcher.
+type fakeResyncer struct {
+	failing  []contract.ManagerDelivery
+	managers []string
+	resyncs  []string
+}
+
+func (f *fakeResyncer) FailingManagers() []contract.ManagerDelivery { return f.failing }
+func (f *fakeResyncer) Managers() []string                          { return f.managers }
+func (f *fakeResyncer) Resync(m string, r contract.ResyncReason) {
+	f.resyncs = append(f.resyncs, m+"/"+string(r))
+}
+
+// A 421 (a KCP replica that does not evaluate) is no broken path; the KCP
+// asking for a resync is.
+func TestHealthReporterMisdirectedAndAskedResync(t *testing.T) {
+	status := http.StatusMisdirectedRequest
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if status == http.StatusOK {
+			_, _ = w.Write([]byte(`{"resync":true}`))
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	sender, err := NewHTTPSender(srv.Listener.Addr().String(), srv.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeResyncer{managers: []string{"m"}}
+	h := NewHealthReporter(HealthConfig{Interval: time.Minute, Attempts: 2, RetryDelay: time.Millisecond}, sender, d, logr.Discard())
+	if h.Report(context.Background()) {
+		t.Fatal("421 taken")
+	}
+	status = http.StatusNoContent
+	if !h.Report(context.Background()) || len(d.resyncs) != 0 {
+		t.Fatalf("resyncs %v after 421s", d.resyncs)
+	}
+	status = http.StatusOK
+	if !h.Report(context.Background()) || len(d.resyncs) != 1 || d.resyncs[0] != "m/recovered" {
+		t.Fatalf("resyncs %v, want m/recovered asked by the KCP", d.resyncs)
 	}
 }

@@ -236,11 +236,15 @@ func (e *Evaluator) Round(ctx context.Context) error {
 	for _, rt := range rts {
 		st := e.states[rt.ID]
 		f := e.decide(rt.ID, st, now)
-		if f != st.flag {
+		if f.Cause != st.flag.Cause || f.Manager != st.flag.Manager {
+			if f.Healthy() {
+				// Reviews may have been missed while it was broken.
+				e.tracker.RequestResync(rt.ID)
+			}
 			e.reporter.Changed(ctx, rt, st.flag, f)
 			transitions.WithLabelValues(transitionLabel(f)).Inc()
-			st.flag = f
 		}
+		st.flag = f
 		if !f.Healthy() {
 			flagged[rt.ID] = f
 			counts[f.Cause]++

@@ -180,6 +180,10 @@ func TestSilentRuntimeFlaggedWithItsCauseAndCleared(t *testing.T) {
 	if len(f.rec.changes) != 10 {
 		t.Fatalf("changes %v, want 10", f.rec.changes)
 	}
+	// Each recovery asks b's webhook for a resync through its next report.
+	if ok, resync := f.tracker.Observe("b", contract.HealthReport{}); !ok || !resync {
+		t.Fatal("no resync requested after the recovery")
+	}
 }
 
 func TestSilentWithoutCauseIsNothingHeard(t *testing.T) {

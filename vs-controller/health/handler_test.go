@@ -49,8 +49,20 @@ func TestHandler(t *testing.T) {
 	if at, failing, ok := tr.Last("runtime-a"); !ok || !at.Equal(clk.Now()) || len(failing) != 0 {
 		t.Errorf("runtime-a: %v %v %v (the last report had no failing manager)", at, failing, ok)
 	}
+	// A recovery asks the webhook, once, for a resync.
+	tr.RequestResync("runtime-a")
+	r := httptest.NewRequest(http.MethodPost, contract.HealthPath, strings.NewReader(`{}`))
+	r.Header.Set(contract.HeaderRuntimeID, "runtime-a")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK || strings.TrimSpace(w.Body.String()) != `{"resync":true}` {
+		t.Errorf("after RequestResync: %d %q", w.Code, w.Body.String())
+	}
+	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", `{}`); got != http.StatusNoContent {
+		t.Errorf("second report after RequestResync: %d, want 204", got)
+	}
 	evaluating = false
-	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", ok); got != http.StatusServiceUnavailable {
-		t.Errorf("not evaluating: %d, want 503", got)
+	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", ok); got != http.StatusMisdirectedRequest {
+		t.Errorf("not evaluating: %d, want 421", got)
 	}
 }

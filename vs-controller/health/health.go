@@ -28,9 +28,9 @@ package health
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -116,8 +116,9 @@ type Tracker struct {
 	clock clock.PassiveClock
 	max   int
 
-	mu   sync.Mutex
-	last map[string]seen
+	mu     sync.Mutex
+	last   map[string]seen
+	resync map[string]bool // runtimes whose next report is answered "resync"
 }
 
 // NewTracker holds at most max runtimes (the Evaluator prunes those that
@@ -126,19 +127,31 @@ func NewTracker(c clock.PassiveClock, max int) *Tracker {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Tracker{clock: c, max: max, last: map[string]seen{}}
+	return &Tracker{clock: c, max: max, last: map[string]seen{}, resync: map[string]bool{}}
 }
 
-// Observe records a report of runtime id now; false when the tracker is full.
-func (t *Tracker) Observe(id string, r contract.HealthReport) bool {
+// Observe records a report of runtime id now; ok is false when the tracker
+// is full; resync is true once after RequestResync(id).
+func (t *Tracker) Observe(id string, r contract.HealthReport) (ok, resync bool) {
 	now := t.clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.last[id]; !ok && len(t.last) >= t.max {
-		return false
+	if _, known := t.last[id]; !known && len(t.last) >= t.max {
+		return false, false
 	}
 	t.last[id] = seen{at: now, failing: r.Managers}
-	return true
+	resync = t.resync[id]
+	delete(t.resync, id)
+	return true, resync
+}
+
+// RequestResync makes the answer to runtime id's next report ask its
+// webhook for a "recovered" resync: changes made while its path was broken
+// may have made no event.
+func (t *Tracker) RequestResync(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.resync[id] = true
 }
 
 // Last returns when id was last heard and what it reported.
@@ -165,6 +178,11 @@ func (t *Tracker) Prune(keep func(id string) bool) {
 			delete(t.last, id)
 		}
 	}
+	for id := range t.resync {
+		if !keep(id) {
+			delete(t.resync, id)
+		}
+	}
 }
 
 // MaxRuntimes bounds the runtimes a Tracker holds in vs-controller.
@@ -177,7 +195,9 @@ const maxRuntimeIDBytes = 253
 // identified (contract.HeaderRuntimeID, set from the verified client
 // certificate; only the gateway reaches this port, NetworkPolicy), never
 // the body. While evaluating() is false (a replica that does not own the
-// runtimes) it answers 503 with Retry-After, and the webhook tries again.
+// runtimes) it answers 421 Misdirected Request, and the webhook tries again
+// (a 421 is not a broken path). A report is answered 204, or 200 with
+// contract.HealthAnswer{Resync: true} once after RequestResync.
 func (t *Tracker) Handler(evaluating func() bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -216,17 +236,22 @@ func (t *Tracker) Handler(evaluating func() bool) http.Handler {
 		}
 		if !evaluating() {
 			reports.WithLabelValues("not-evaluating").Inc()
-			w.Header().Set("Retry-After", strconv.Itoa(1))
-			http.Error(w, "this replica does not evaluate runtime health", http.StatusServiceUnavailable)
+			http.Error(w, "this replica does not evaluate runtime health", http.StatusMisdirectedRequest)
 			return
 		}
-		if !t.Observe(id, rep) {
+		ok, resync := t.Observe(id, rep)
+		if !ok {
 			reports.WithLabelValues("full").Inc()
 			http.Error(w, "too many runtimes", http.StatusServiceUnavailable)
 			return
 		}
 		reports.WithLabelValues("accepted").Inc()
-		w.WriteHeader(http.StatusNoContent)
+		if !resync {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(contract.HealthAnswer{Resync: true})
 	})
 }
 

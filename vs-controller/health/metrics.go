@@ -18,7 +18,7 @@ var (
 	}, []string{"cause"})
 	reports = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runtime_watcher_vs_controller_health_reports_total",
-		Help: "Health reports from SKR webhooks by result: accepted, not-evaluating (503, another replica evaluates), bad-request, too-large, no-identity, full, not-found, method-not-allowed.",
+		Help: "Health reports from SKR webhooks by result: accepted, not-evaluating (421, another replica evaluates), bad-request, too-large, no-identity, full, not-found, method-not-allowed.",
 	}, []string{"result"})
 	probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runtime_watcher_vs_controller_health_probes_total",
