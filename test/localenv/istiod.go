@@ -58,7 +58,7 @@ const (
 	// health-route.yaml sends the health reports.
 	VSControllerHealthService = "vs-controller-health"
 	VSControllerHealthPort    = 8090
-	ExtAuthzPort    = 9001
+	ExtAuthzPort              = 9001
 	// IstioClusterDomain is the cluster domain istiod builds host names with.
 	IstioClusterDomain = "cluster.local"
 	// GatewayServerHost is the Gateway's server host here: "*", because
