@@ -35,7 +35,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -138,6 +137,7 @@ type System struct {
 	webhook       *process
 	webhookBinary string
 	webhookArgs   []string
+	webhookExtra  []string
 	webhookHealth string
 	webhookAddr   string
 	operators     []Operator
@@ -156,6 +156,9 @@ type System struct {
 
 	// ports.go: the loopback ports chosen for the binaries, locked until Stop.
 	ports portReservation
+
+	// runtimes.go: the API servers of further runtimes (AddRuntime).
+	runtimeEnvs []*testenv.Env
 }
 
 func (s *System) step(format string, args ...any) {
@@ -472,18 +475,24 @@ func (s *System) GatewayTLS(ctx context.Context, cert *tls.Certificate) (*tls.Co
 // applySamples creates the Watcher, the Kyma and its kubeconfig
 // Secret in the KCP.
 func (s *System) applySamples(ctx context.Context) error {
-	c := s.KCP.Client
-	if err := c.Create(ctx, SampleWatcher()); err != nil {
+	if err := s.KCP.Client.Create(ctx, SampleWatcher()); err != nil {
 		return err
 	}
-	kubeconfig, err := os.ReadFile(s.SKR.KubeconfigPath)
+	return s.createRuntime(ctx, RuntimeID, SKRDomain, s.SKR.KubeconfigPath)
+}
+
+// createRuntime creates a runtime's kubeconfig Secret (the SKR API server
+// of kubeconfigPath) and its Kyma (skr-domain domain) in the KCP.
+func (s *System) createRuntime(ctx context.Context, id, domain, kubeconfigPath string) error {
+	c := s.KCP.Client
+	kubeconfig, err := os.ReadFile(kubeconfigPath)
 	if err != nil {
 		return err
 	}
 	// Labelled as docs/operations.md recommends: vs-controller caches and
 	// watches it (an unlabelled one is read uncached at every pass).
 	if err := c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(RuntimeID), Namespace: KymaNamespace,
+		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: KymaNamespace,
 			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
 		Data: map[string][]byte{skrclient.SecretKey: kubeconfig},
 	}); err != nil {
@@ -492,9 +501,9 @@ func (s *System) applySamples(ctx context.Context) error {
 	kyma := &unstructured.Unstructured{}
 	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 	kyma.SetNamespace(KymaNamespace)
-	kyma.SetName(RuntimeID)
-	kyma.SetLabels(map[string]string{contract.LabelRuntimeID: RuntimeID})
-	kyma.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: SKRDomain})
+	kyma.SetName(id)
+	kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
+	kyma.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: domain})
 	if err := unstructured.SetNestedField(kyma.Object, "regular", "spec", "channel"); err != nil {
 		return err
 	}
@@ -525,13 +534,19 @@ func SampleWatcher() *v1beta2.Watcher {
 // (ourWebhookSecret) and keeps its keys in files, as the kubelet keeps a
 // mounted Secret.
 func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
-	if err := os.MkdirAll(s.certDir, 0o700); err != nil {
+	return s.mirrorSecret(ctx, runCtx, s.certDir, s.ourWebhookSecret)
+}
+
+// mirrorSecret waits for the Secret get returns (nil: not there yet) and
+// keeps its keys ca.crt, tls.crt and tls.key in files in dir until runCtx
+// ends.
+func (s *System) mirrorSecret(ctx, runCtx context.Context, dir string, get func(context.Context) (*corev1.Secret, error)) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	key := client.ObjectKey{Namespace: SKRNamespace, Name: bundle.SecretName}
 	written := map[string][]byte{}
 	sync := func(c context.Context) (bool, error) {
-		sec, err := s.ourWebhookSecret(c)
+		sec, err := get(c)
 		if err != nil || sec == nil {
 			return false, err
 		}
@@ -543,11 +558,11 @@ func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
 			if string(written[k]) == string(v) {
 				continue
 			}
-			tmp := filepath.Join(s.certDir, "."+k)
+			tmp := filepath.Join(dir, "."+k)
 			if err := os.WriteFile(tmp, v, 0o600); err != nil {
 				return false, err
 			}
-			if err := os.Rename(tmp, filepath.Join(s.certDir, k)); err != nil {
+			if err := os.Rename(tmp, filepath.Join(dir, k)); err != nil {
 				return false, err
 			}
 			written[k] = v
@@ -557,7 +572,7 @@ func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
 	deadline, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := poll(deadline, 100*time.Millisecond, sync); err != nil {
-		return fmt.Errorf("waiting for Secret %s in the SKR (vs-controller log: %s): %w", key, filepath.Join(s.Dir, "logs", "vs-controller.log"), err)
+		return fmt.Errorf("waiting for Secret %s/%s in the SKR (vs-controller log: %s): %w", SKRNamespace, bundle.SecretName, filepath.Join(s.Dir, "logs", "vs-controller.log"), err)
 	}
 	s.goRun(func() error {
 		_ = poll(runCtx, 250*time.Millisecond, func(c context.Context) (bool, error) {
@@ -597,6 +612,11 @@ func (s *System) Stop() error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	for _, e := range s.runtimeEnvs {
+		if err := e.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.Env != nil {
 		if err := s.Env.Stop(); err != nil {
 			errs = append(errs, err)
