@@ -95,6 +95,13 @@ func (r *Reconciler) Config(ctx context.Context, rt health.Runtime) (health.Find
 		}
 		return health.Finding{}, skrclient.BoundedError(err)
 	}
+	// Another hash than the desired one: vs-controller's intent changed (a
+	// Watcher, a CA rotation) and its bundle pass has yet to push it; not
+	// a fault of the runtime. The same hash with other content: someone
+	// else changed it.
+	if live.GetAnnotations()[apply.HashAnnotation] != desired.GetAnnotations()[apply.HashAnnotation] && live.GetAnnotations()[apply.HashAnnotation] != "" {
+		return health.Finding{}, nil
+	}
 	ok, err := apply.UpToDate(desired, live)
 	if err != nil {
 		return health.Finding{}, err
