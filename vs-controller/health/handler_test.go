@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -64,5 +65,52 @@ func TestHandler(t *testing.T) {
 	evaluating = false
 	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", ok); got != http.StatusMisdirectedRequest {
 		t.Errorf("not evaluating: %d, want 421", got)
+	}
+}
+
+// BenchmarkReport is one report through the handler into the tracker, at
+// 10,000 runtimes (the vs-controller side of a report's cost).
+func BenchmarkReport(b *testing.B) {
+	tr := NewTracker(nil, MaxRuntimes)
+	h := tr.Handler(func() bool { return true })
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = fleetRuntimeID(i)
+	}
+	body := `{"managers":[{"name":"lifecycle-manager","result":"5xx","failingSeconds":12}]}`
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, contract.HealthPath, strings.NewReader(body))
+		r.Header.Set(contract.HeaderRuntimeID, ids[i%len(ids)])
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusNoContent {
+			b.Fatalf("status %d", w.Code)
+		}
+		i++
+	}
+}
+
+// BenchmarkRound is one evaluation round over 10,000 heard runtimes with no
+// probe due (the steady state between checks).
+func BenchmarkRound(b *testing.B) {
+	f := &fixture{clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), prober: newFakeProber(), rec: &recorder{}}
+	for i := range 10000 {
+		f.ids = append(f.ids, fleetRuntimeID(i))
+	}
+	f.restart()
+	for _, id := range f.ids {
+		f.tracker.Observe(id, contract.HealthReport{})
+	}
+	ctx := context.Background()
+	if err := f.ev.Round(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.ev.Round(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
