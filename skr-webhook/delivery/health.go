@@ -63,9 +63,10 @@ type HealthSender interface {
 type HealthConfig struct {
 	// Interval between two reports (docs/architecture.md §4.12).
 	Interval time.Duration
-	// Attempts per report (default 8): a report the KCP does not take (a
-	// replica that does not evaluate health answers 421) is tried again
-	// after RetryDelay (default 250 ms), up to this many times.
+	// Attempts per report (default 8): a report answered 421 (a replica
+	// that does not evaluate health) is tried again after RetryDelay
+	// (default 250 ms), up to this many times; any other failure waits
+	// for the next interval.
 	Attempts   int
 	RetryDelay time.Duration
 	// AttemptTimeout bounds one attempt.
@@ -162,7 +163,9 @@ func (h *HealthReporter) Report(ctx context.Context) bool {
 			h.lost = false
 			return true
 		}
-		if attempt >= h.cfg.Attempts || res.Outcome == Rejected || ctx.Err() != nil {
+		// Only a 421 is tried again at once: another replica takes it. Any
+		// other failure is the path's; the next interval tries again.
+		if attempt >= h.cfg.Attempts || res.Status != http.StatusMisdirectedRequest || ctx.Err() != nil {
 			h.log.Info("health report not taken by the KCP", "status", res.Status, "error", errString(res.Err), "attempts", attempt)
 			// A 421 came from a KCP replica that does not evaluate health:
 			// the path itself works.

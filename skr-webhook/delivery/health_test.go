@@ -78,8 +78,12 @@ func TestHealthReporterRetriesAndCounts(t *testing.T) {
 		defer mu.Unlock()
 		bodies = append(bodies, rep)
 		n++
+		if n < 0 {
+			http.Error(w, "gateway", http.StatusServiceUnavailable)
+			return
+		}
 		if n <= 2 {
-			http.Error(w, "not evaluating", http.StatusServiceUnavailable)
+			http.Error(w, "not evaluating", http.StatusMisdirectedRequest)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -100,23 +104,29 @@ func TestHealthReporterRetriesAndCounts(t *testing.T) {
 	if len(bodies) != 3 || len(bodies[2].Managers) != 1 || bodies[2].Managers[0] != failing[0] {
 		t.Fatalf("bodies %v", bodies)
 	}
-	if got := metric(t, reg, "runtime_watcher_skr_webhook_health_reports_total", "result", "5xx"); got != 2 {
-		t.Fatalf("5xx attempts %v, want 2", got)
+	if got := metric(t, reg, "runtime_watcher_skr_webhook_health_reports_total", "result", "4xx"); got != 2 {
+		t.Fatalf("421 attempts %v, want 2", got)
 	}
 	if got := metric(t, reg, "runtime_watcher_skr_webhook_health_reports_total", "result", "2xx"); got != 1 {
 		t.Fatalf("2xx attempts %v, want 1", got)
 	}
 	if len(d.resyncs) != 0 {
-		t.Fatalf("resyncs %v after 503s from a path that works", d.resyncs)
+		t.Fatalf("resyncs %v after 421s from a path that works", d.resyncs)
 	}
-	// Three refusals: the report is given up (the next interval sends
-	// anew), and the next report taken asks for a resync of every manager.
+	// A 503 (the gateway, ext-authz): given up at once (the next interval
+	// sends anew), and the next report taken asks for a resync of every
+	// manager.
 	mu.Lock()
 	n = -10
 	mu.Unlock()
 	if h.Report(context.Background()) {
-		t.Fatal("a report refused three times was taken")
+		t.Fatal("a report answered 503 was taken")
 	}
+	mu.Lock()
+	if n != -9 {
+		t.Fatalf("%d attempts after a 503, want 1", n+10)
+	}
+	mu.Unlock()
 	mu.Lock()
 	n = 100
 	mu.Unlock()

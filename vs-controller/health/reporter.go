@@ -31,15 +31,18 @@ type KCPReporter struct {
 	written map[types.NamespacedName]int32
 }
 
-// Changed records an Event on the runtime's Kyma.
+// Changed records an Event on the runtime's Kyma. Its action is the cause:
+// the events API merges Events of one object, reason and action into one
+// series that keeps the first note, so a second cause within minutes
+// would otherwise show the first one's text.
 func (r *KCPReporter) Changed(_ context.Context, rt Runtime, from, to Finding) {
 	if to.Healthy() {
 		r.Log.Info("watch path recovered", "runtime", rt.ID, "was", from.Message())
-		r.Recorder.Eventf(rt.Kyma, nil, corev1.EventTypeNormal, ReasonWatchPathRecovered, "Health", "%s", skrclient.Bounded("recovered from "+from.Message()))
+		r.Recorder.Eventf(rt.Kyma, nil, corev1.EventTypeNormal, ReasonWatchPathRecovered, string(from.Cause), "%s", skrclient.Bounded("recovered from "+from.Message()))
 		return
 	}
 	r.Log.Info("watch path broken", "runtime", rt.ID, "cause", to.Cause, "manager", to.Manager, "detail", skrclient.Bounded(to.Detail))
-	r.Recorder.Eventf(rt.Kyma, nil, corev1.EventTypeWarning, ReasonWatchPathBroken, "Health", "%s", skrclient.Bounded(to.Message()))
+	r.Recorder.Eventf(rt.Kyma, nil, corev1.EventTypeWarning, ReasonWatchPathBroken, string(to.Cause), "%s", skrclient.Bounded(to.Message()))
 }
 
 // Round writes each Watcher's count of flagged runtimes when it changed: a
