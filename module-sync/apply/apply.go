@@ -580,9 +580,10 @@ func ptr[T any](v T) *T { return &v }
 func apiError(op string, err error) *itemError {
 	if grants.IsWorkloadRefusal(err) {
 		// The runtime's own admission refused what the grant does not
-		// cover: Refused, waiting for the SyncResource or its grant to
-		// change, like a refusal before the call.
-		return &itemError{state: v1alpha1.ItemRefused, permanent: true,
+		// cover: Refused. Retried with backoff all the same: a
+		// ServiceAccount the module creates in the same pass enters its
+		// inventory, and so the policy's parameters, only after the pass.
+		return &itemError{state: v1alpha1.ItemRefused,
 			msg: "refused by the runtime's admission (" + grants.WorkloadPolicyName + "): " + skrclient.Bounded(err.Error())}
 	}
 	e := &itemError{state: v1alpha1.ItemError, msg: op + ": " + skrclient.Bounded(err.Error())}

@@ -208,8 +208,8 @@ func TestWorkloadsStayInsideTheirGrant(t *testing.T) {
 		if st := itemStatus(t, res, "steal"); st.State != v1alpha1.ItemRefused || !strings.Contains(st.Message, "may not use the Secrets "+skrnames.SecretName) {
 			t.Errorf("%+v, want Refused by the runtime's admission", st)
 		}
-		if res.Retry {
-			t.Error("a refused workload is retried; it waits for its SyncResource or grant to change")
+		if !res.Retry {
+			t.Error("a refused workload is not retried: a ServiceAccount created in the same pass would never let it through")
 		}
 	})
 	t.Run("not a workload refusal: RBAC's", func(t *testing.T) {
