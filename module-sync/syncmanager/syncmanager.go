@@ -48,6 +48,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/moduleconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/modulemanagers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncresources"
@@ -302,6 +303,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&modulemanagers.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 
