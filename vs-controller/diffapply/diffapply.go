@@ -1,4 +1,4 @@
-// Package apply writes Kubernetes objects with server-side apply, but only
+// Package diffapply writes Kubernetes objects with server-side apply, but only
 // when the live object differs from the desired one, so that a controller in
 // steady state issues no write requests at all.
 //
@@ -13,7 +13,7 @@
 //
 // When either check fails the object is applied with a field owner and
 // forced ownership.
-package apply
+package diffapply
 
 import (
 	"context"

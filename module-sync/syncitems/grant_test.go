@@ -1,4 +1,4 @@
-package apply_test
+package syncitems_test
 
 import (
 	"strings"
@@ -12,9 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncitems"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -29,7 +28,7 @@ func asModule(t *testing.T, module string) client.Client {
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kcp-system", Name: skrclient.SecretName("skr")},
 		Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}
-	runtimes := &runtimeclient.Clients{Reader: fake.NewClientBuilder().WithObjects(secret).Build(), Namespace: "kcp-system", Clients: clients}
+	runtimes := &skrclient.Runtimes{Reader: fake.NewClientBuilder().WithObjects(secret).Build(), Namespace: "kcp-system", Clients: clients}
 	mc, err := runtimes.ForUser(bgCtx, "skr", grants.User(module))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +73,7 @@ func TestGrantEnforced(t *testing.T) {
 			item("kill-other", v1alpha1.Delete, configMap(other, "coredns", "")),
 			item("bundle", v1alpha1.CreateAndSync, configMap(mine, "skr-webhook", "1")),
 		)
-		res := apply.Apply(bgCtx, mod, g, sr)
+		res := syncitems.Apply(bgCtx, mod, g, sr)
 		want := map[string]string{
 			"elsewhere":  `ModuleGrant kcp-system/granted does not grant the namespace "` + other + `"`,
 			"escalate":   "ModuleGrant kcp-system/granted does not grant the kind ClusterRoleBinding.rbac.authorization.k8s.io",
@@ -112,7 +111,7 @@ func TestGrantEnforced(t *testing.T) {
 			item("elsewhere", v1alpha1.CreateAndSync, configMap(other, "elsewhere", "1")),
 			clusterAdminBinding("escalate"),
 		)
-		res := apply.Apply(bgCtx, mod, wide, sr)
+		res := syncitems.Apply(bgCtx, mod, wide, sr)
 		for _, name := range []string{"elsewhere", "escalate"} {
 			st := itemStatus(t, res, name)
 			if st.State != v1alpha1.ItemError || !strings.Contains(st.Message, "forbidden") || !strings.Contains(st.Message, grants.User("granted")) {
@@ -167,13 +166,13 @@ func TestOnlyWhatItCreated(t *testing.T) {
 			t.Errorf("item %s: %+v", name, st)
 		}
 	}
-	if got := getConfigMap(t, ns, "theirs"); got.Data["key"] != "theirs" || got.Annotations[apply.OwnerAnnotation] != "" {
+	if got := getConfigMap(t, ns, "theirs"); got.Data["key"] != "theirs" || got.Annotations[syncitems.OwnerAnnotation] != "" {
 		t.Errorf("an object module-sync did not create was changed: %+v", got)
 	}
 	if st := itemStatus(t, res, "adopt"); st.State != v1alpha1.ItemReady || st.Object == nil {
 		t.Errorf("adopt: %+v", st)
 	}
-	if got := getConfigMap(t, ns, "adoptable"); got.Data["key"] != "ours" || got.Annotations[apply.OwnerAnnotation] != "kcp-system/mark" {
+	if got := getConfigMap(t, ns, "adoptable"); got.Data["key"] != "ours" || got.Annotations[syncitems.OwnerAnnotation] != "kcp-system/mark" {
 		t.Errorf("adopted object: %+v", got.ObjectMeta)
 	}
 

@@ -1,8 +1,8 @@
-// Package metrics holds module-sync's Prometheus metrics
+// Package syncmetrics holds module-sync's Prometheus metrics
 // (runtime_watcher_module_sync_…), registered with controller-runtime's
 // registry: mirror passes and writes, SyncResource reconciles and items,
 // requests to runtimes, listener events.
-package metrics
+package syncmetrics
 
 import (
 	"net/http"

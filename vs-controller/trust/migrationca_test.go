@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 var lmCAKey = types.NamespacedName{Namespace: "istio-system", Name: "klm-watcher"}
@@ -101,19 +101,19 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-func TestExtraFailsClosedAndReports(t *testing.T) {
+func TestMigrationCAFailsClosedAndReports(t *testing.T) {
 	c := fake.NewClientBuilder().Build()
 	rec := events.NewFakeRecorder(10)
-	e := &trust.Extra{Client: c, Secret: lmCAKey, Recorder: rec, Log: logr.Discard()}
+	e := &trust.MigrationCA{Client: c, Secret: lmCAKey, Recorder: rec, Log: logr.Discard()}
 	ctx := context.Background()
 	valid := func() float64 {
-		return testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName))
+		return testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues(trust.MigrationAnchorName))
 	}
 	expectEvent := func(name string) {
 		t.Helper()
 		select {
 		case ev := <-rec.Events:
-			if !strings.Contains(ev, trust.ReasonInvalidExtraCA) || !strings.Contains(ev, lmCAKey.String()) {
+			if !strings.Contains(ev, trust.ReasonInvalidMigrationCA) || !strings.Contains(ev, lmCAKey.String()) {
 				t.Errorf("%s: event %q", name, ev)
 			}
 		default:

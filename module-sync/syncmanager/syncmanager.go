@@ -1,4 +1,4 @@
-// Package controllers assembles module-sync's KCP side (docs/architecture.md
+// Package syncmanager builds module-sync's controller-runtime manager, its KCP side (docs/architecture.md
 // §4.11): one controller-runtime manager with
 //
 //   - the Watchers of module-sync (one per configured Module CR resource,
@@ -12,10 +12,10 @@
 //     status, cleanup on deletion, backoff only when a retry can help and a
 //     periodic drift pass (package syncresources).
 //
-// Runtime clients come from package runtimeclient (kubeconfig Secret
-// kubeconfig-<runtime-id> in the Kyma namespace, package skrclient). The
+// Runtime clients come from package skrclient (kubeconfig Secret
+// kubeconfig-<runtime-id> in the Kyma namespace; RuntimeClients). The
 // binary and the tests build the very same manager from it.
-package controllers
+package syncmanager
 
 import (
 	"context"
@@ -46,13 +46,13 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/moduleconfigs"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/modulemanagers"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/syncresources"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/watchers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/moduleconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/modulemanagers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncresources"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/watchers"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -227,7 +227,7 @@ func Scheme() *k8sruntime.Scheme {
 }
 
 // New sets up the manager with the listener, the Watchers and both
-// controllers. clients nil: runtimeclient.KubeconfigClients(o.SKRTimeout).
+// controllers. clients nil: RuntimeClients(o.SKRTimeout).
 func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.ClusterClients) (manager.Manager, error) {
 	o.defaults()
 	if o.KymaNamespace == "" {
@@ -237,7 +237,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		return nil, errors.New("no module resources")
 	}
 	if clients == nil {
-		clients = runtimeclient.KubeconfigClients(o.SKRTimeout)
+		clients = RuntimeClients(o.SKRTimeout)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
@@ -254,7 +254,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 				identity.NewKyma(): {Transform: kymastore.Trim},
 				// Least privilege (docs/security.md): no Secret is cached
 				// or watched; each kubeconfig Secret is read by name at
-				// every pass (runtimeclient.Clients.Reader is the API
+				// every pass (skrclient.Runtimes.Reader is the API
 				// reader), which is all module-sync's RBAC allows.
 			},
 		},
@@ -282,7 +282,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	}}); err != nil {
 		return nil, err
 	}
-	runtimes := &runtimeclient.Clients{Reader: mgr.GetAPIReader(), Namespace: o.KymaNamespace, Clients: clients}
+	runtimes := &skrclient.Runtimes{Reader: mgr.GetAPIReader(), Namespace: o.KymaNamespace, Clients: clients}
 	turns := &pacing.Turns{}
 	if o.NoTurns {
 		turns = nil
@@ -353,4 +353,18 @@ func newListener(mgr manager.Manager, o Options) (*listener.Listener, error) {
 		lopts = append(lopts, listener.WithTLSFiles(o.TLSCertFile, o.TLSKeyFile))
 	}
 	return listener.New(o.ListenAddr, o.Manager, lopts...)
+}
+
+// RuntimeClients are module-sync's runtime clients: any kind
+// (unstructured, dynamic REST mapper per runtime, because Module CRs and
+// SyncResource items are of any kind), a short timeout, requests counted.
+func RuntimeClients(timeout time.Duration) *skrclient.KubeconfigClients {
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return &skrclient.KubeconfigClients{
+		Scheme: s, NewMapper: skrclient.DynamicRESTMapper, UserAgent: "module-sync", Timeout: timeout,
+		WrapTransport: syncmetrics.CountRequests,
+	}
 }

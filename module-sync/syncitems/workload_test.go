@@ -1,4 +1,4 @@
-package apply_test
+package syncitems_test
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	skrnames "github.com/seed-c8be168e/runtime-watcher/manifests/skr"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncitems"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -131,19 +131,19 @@ func TestWorkloadsStayInsideTheirGrant(t *testing.T) {
 	// workloads may run as it once the inventory names it.
 	sr := syncResource("wl-sa", item("sa", v1alpha1.CreateAndSync,
 		raw(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"module-sa","namespace":%q}}`, ns)))
-	res := apply.Apply(bgCtx, mod, g, sr)
+	res := syncitems.Apply(bgCtx, mod, g, sr)
 	if st := itemStatus(t, res, "sa"); st.State != v1alpha1.ItemReady {
 		t.Fatalf("the module's ServiceAccount: %+v", st)
 	}
 	sr.Status.Items = res.Items
-	g.ServiceAccounts = apply.ServiceAccounts([]v1alpha1.SyncResource{*sr})
+	g.ServiceAccounts = syncitems.ServiceAccounts([]v1alpha1.SyncResource{*sr})
 	if err := r.Ensure(bgCtx, skr, "skr", g); err != nil {
 		t.Fatal(err)
 	}
 	// Adopting a ServiceAccount of the runtime is refused.
 	adopt := item("adopt-sa", v1alpha1.CreateAndSync, raw(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"other-sa","namespace":%q}}`, ns))
 	adopt.Adopt = true
-	if st := itemStatus(t, apply.Apply(bgCtx, mod, g, syncResource("wl-adopt", adopt)), "adopt-sa"); st.State != v1alpha1.ItemRefused ||
+	if st := itemStatus(t, syncitems.Apply(bgCtx, mod, g, syncResource("wl-adopt", adopt)), "adopt-sa"); st.State != v1alpha1.ItemRefused ||
 		!strings.Contains(st.Message, "never adopted") {
 		t.Errorf("adopting another ServiceAccount: %+v", st)
 	}
@@ -204,7 +204,7 @@ func TestWorkloadsStayInsideTheirGrant(t *testing.T) {
 		it := item("steal", v1alpha1.CreateAndSync, raw(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"wl-steal","namespace":%q},`+
 			`"spec":{"selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"labels":{"a":"b"}},"spec":{"automountServiceAccountToken":false,`+
 			`"containers":[{"name":"c","image":"x"}],"volumes":[{"name":"v","secret":{"secretName":%q}}]}}}}`, ns, skrnames.SecretName))
-		res := apply.Apply(bgCtx, mod, g, syncResource("wl-steal", it))
+		res := syncitems.Apply(bgCtx, mod, g, syncResource("wl-steal", it))
 		if st := itemStatus(t, res, "steal"); st.State != v1alpha1.ItemRefused || !strings.Contains(st.Message, "may not use the Secrets "+skrnames.SecretName) {
 			t.Errorf("%+v, want Refused by the runtime's admission", st)
 		}

@@ -1,9 +1,9 @@
-// Package metrics holds vs-controller's own Prometheus metrics, all named
+// Package vsmetrics holds vs-controller's own Prometheus metrics, all named
 // runtime_watcher_vs_controller_…, registered with controller-runtime's
 // registry (served on --metrics-bind-address next to controller-runtime's
 // own metrics). The reconcilers count into them; tests read them back with
 // prometheus/testutil.
-package metrics
+package vsmetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,6 +1,6 @@
 // Package syncresources is module-sync's SyncResource controller
 // (docs/architecture.md §4.11): finalizer, apply into the runtime (package
-// apply), status, cleanup on deletion, backoff only when a retry can help
+// syncitems), status, cleanup on deletion, backoff only when a retry can help
 // and a periodic drift pass.
 package syncresources
 
@@ -28,11 +28,10 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncitems"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -50,7 +49,7 @@ const (
 type Reconciler struct {
 	// Client of the KCP (the manager's cached client).
 	Client   client.Client
-	Runtimes *runtimeclient.Clients
+	Runtimes *skrclient.Runtimes
 	// Interval of the periodic apply pass per SyncResource (drift
 	// correction).
 	Interval time.Duration
@@ -124,7 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	release, ok := r.Turns.Take(sr.Namespace + "/" + sr.Spec.Kyma)
 	if !ok {
-		metrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
+		syncmetrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
 		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
 	defer release()
@@ -144,7 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if grant, err := r.grantOf(ctx, sr); err != nil {
 		return reconcile.Result{}, err
 	} else if werr := r.writerAllowed(grant, sr); werr != nil {
-		metrics.SyncReconciles.WithLabelValues("writer-refused").Inc()
+		syncmetrics.SyncReconciles.WithLabelValues("writer-refused").Inc()
 		// The inventory is kept: a grant that names the writer again, or
 		// the SyncResource's deletion, still finds what it created.
 		prev := map[string]*v1alpha1.ObjectReference{}
@@ -163,7 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 		}
 		if err := r.writeStatus(ctx, sr, items, v1alpha1.StateRefused, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "WriterNotGranted", Message: skrclient.Bounded(werr.Error()),
+			Type: syncitems.ConditionSynced, Status: metav1.ConditionFalse, Reason: "WriterNotGranted", Message: skrclient.Bounded(werr.Error()),
 		}); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -182,14 +181,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		reason := "RuntimeUnreachable"
 		if kymaGone {
 			reason = "KymaNotFound"
-		} else if errors.Is(err, runtimeclient.ErrNoKubeconfig) {
+		} else if errors.Is(err, skrclient.ErrNoKubeconfig) {
 			reason = "NoKubeconfig"
 		} else if errors.Is(err, grants.ErrWorkloadPolicyInactive) {
 			reason = "WorkloadPolicyNotActive"
 		}
-		metrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
+		syncmetrics.SyncReconciles.WithLabelValues("no-runtime").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateError, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: skrclient.Bounded(err.Error()),
+			Type: syncitems.ConditionSynced, Status: metav1.ConditionFalse, Reason: reason, Message: skrclient.Bounded(err.Error()),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}
@@ -199,18 +198,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 
-	var res apply.Result
+	var res syncitems.Result
 	if skr == nil {
-		res = apply.Unreachable(sr, errors.New(skrclient.Bounded(unreachableErr.err.Error())))
+		res = syncitems.Unreachable(sr, errors.New(skrclient.Bounded(unreachableErr.err.Error())))
 	} else {
-		res = apply.Apply(pass, skr, grant, sr)
+		res = syncitems.Apply(pass, skr, grant, sr)
 	}
 	if rbacErr != nil {
 		ctrl.LoggerFrom(ctx).Info("module RBAC not written; retrying", "error", skrclient.Bounded(rbacErr.Error()))
 		res.Retry = true
 	}
 	for _, it := range res.Items {
-		metrics.SyncItems.WithLabelValues(string(it.State)).Inc()
+		syncmetrics.SyncItems.WithLabelValues(string(it.State)).Inc()
 	}
 	state, cond := res.Summary()
 	if err := r.writeStatus(ctx, sr, res.Items, state, cond); err != nil {
@@ -218,12 +217,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	switch {
 	case res.Retry:
-		metrics.SyncReconciles.WithLabelValues("retry").Inc()
+		syncmetrics.SyncReconciles.WithLabelValues("retry").Inc()
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	case state == v1alpha1.StateReady:
-		metrics.SyncReconciles.WithLabelValues("applied").Inc()
+		syncmetrics.SyncReconciles.WithLabelValues("applied").Inc()
 	default:
-		metrics.SyncReconciles.WithLabelValues("failed").Inc() // refused or invalid: waits for a spec change
+		syncmetrics.SyncReconciles.WithLabelValues("failed").Inc() // refused or invalid: waits for a spec change
 	}
 	r.Backoff.Forget(key)
 	return reconcile.Result{RequeueAfter: pacing.Jitter(r.Interval)}, nil
@@ -264,7 +263,7 @@ func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr 
 			ofRuntime = append(ofRuntime, mine.Items[i])
 		}
 	}
-	grant.ServiceAccounts = apply.ServiceAccounts(ofRuntime)
+	grant.ServiceAccounts = syncitems.ServiceAccounts(ofRuntime)
 	if err := r.RBAC.Ensure(ctx, admin, r.Runtimes.Key(runtimeID), grant); err != nil {
 		rbacErr = fmt.Errorf("the RBAC of module %s in the runtime: %w", grant.Module, err)
 	}
@@ -287,7 +286,7 @@ func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr 
 
 // unreachable: the runtime did not answer module-sync's probe of its
 // workload policy; the pass reports it as Apply reports an unreachable
-// runtime (apply.Unreachable).
+// runtime (syncitems.Unreachable).
 type unreachable struct{ err error }
 
 func (u *unreachable) Error() string {
@@ -338,14 +337,14 @@ func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.Sync
 	defer cancel()
 	skr, grant, kymaGone, rbacErr, err := r.skrOf(pass, sr)
 	if err == nil {
-		err = errors.Join(apply.Cleanup(pass, skr, grant, sr), rbacErr)
+		err = errors.Join(syncitems.Cleanup(pass, skr, grant, sr), rbacErr)
 	}
 	// Without its Kyma or its kubeconfig Secret the runtime is considered
 	// gone (as vs-controller does): nothing left to remove.
-	if err != nil && !kymaGone && !errors.Is(err, runtimeclient.ErrNoKubeconfig) {
-		metrics.SyncReconciles.WithLabelValues("retry").Inc()
+	if err != nil && !kymaGone && !errors.Is(err, skrclient.ErrNoKubeconfig) {
+		syncmetrics.SyncReconciles.WithLabelValues("retry").Inc()
 		if werr := r.writeStatus(ctx, sr, sr.Status.Items, v1alpha1.StateDeleting, metav1.Condition{
-			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: skrclient.Bounded(err.Error()),
+			Type: syncitems.ConditionSynced, Status: metav1.ConditionFalse, Reason: "CleanupFailed", Message: skrclient.Bounded(err.Error()),
 		}); werr != nil {
 			return reconcile.Result{}, werr
 		}
@@ -355,7 +354,7 @@ func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.Sync
 	if err := r.Client.Update(ctx, sr); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	metrics.SyncReconciles.WithLabelValues("cleaned-up").Inc()
+	syncmetrics.SyncReconciles.WithLabelValues("cleaned-up").Inc()
 	r.Backoff.Forget(key)
 	return reconcile.Result{}, nil
 }

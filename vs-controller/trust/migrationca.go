@@ -16,18 +16,18 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
-// ReasonInvalidExtraCA is the Warning Event reason on an unusable
+// ReasonInvalidMigrationCA is the Warning Event reason on an unusable
 // migration CA Secret (--migration-extra-ca-secret).
-const ReasonInvalidExtraCA = "InvalidMigrationCASecret"
+const ReasonInvalidMigrationCA = "InvalidMigrationCASecret"
 
-// ExtraAnchorName labels the migration CA Secret in
+// MigrationAnchorName labels the migration CA Secret in
 // runtime_watcher_vs_controller_ca_secret_valid.
-const ExtraAnchorName = "migration-extra"
+const MigrationAnchorName = "migration-extra"
 
-// Extra is the trust window of a migration from Lifecycle Manager
+// MigrationCA is the trust window of a migration from Lifecycle Manager
 // (docs/migrating-from-lifecycle-manager.md): the CA certificates in a
 // foreign CA Secret's ca.crt (LM's klm-watcher), to be trusted for client
 // certificates at the gateway beside the runtime CA bundle — and nowhere
@@ -40,7 +40,7 @@ const ExtraAnchorName = "migration-extra"
 // a log line, a Warning Event on the Secret and
 // runtime_watcher_vs_controller_ca_secret_valid{anchor="migration-extra"} = 0.
 // A failed read (an API error) keeps the CAs of the last read.
-type Extra struct {
+type MigrationCA struct {
 	// Client reads the Secret; it must not be a cache restricted to
 	// vs-controller's own Secrets (use an uncached client).
 	Client   client.Client
@@ -57,7 +57,7 @@ type Extra struct {
 
 // Read reads the Secret and returns the CAs to trust; err only for API
 // failures (the CAs of the last read are returned with it).
-func (e *Extra) Read(ctx context.Context) ([]*x509.Certificate, error) {
+func (e *MigrationCA) Read(ctx context.Context) ([]*x509.Certificate, error) {
 	now := time.Now()
 	if e.Now != nil {
 		now = e.Now()
@@ -76,7 +76,7 @@ func (e *Extra) Read(ctx context.Context) ([]*x509.Certificate, error) {
 	if problem != "" {
 		return e.bad("ca.crt: " + problem), nil
 	}
-	metrics.CASecretValid.WithLabelValues(ExtraAnchorName).Set(1)
+	vsmetrics.CASecretValid.WithLabelValues(MigrationAnchorName).Set(1)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.badInput != "" || len(e.cas) != len(cas) {
@@ -86,8 +86,8 @@ func (e *Extra) Read(ctx context.Context) ([]*x509.Certificate, error) {
 	return cas, nil
 }
 
-func (e *Extra) bad(problem string) []*x509.Certificate {
-	metrics.CASecretValid.WithLabelValues(ExtraAnchorName).Set(0)
+func (e *MigrationCA) bad(problem string) []*x509.Certificate {
+	vsmetrics.CASecretValid.WithLabelValues(MigrationAnchorName).Set(0)
 	e.mu.Lock()
 	repeated := e.badInput == problem
 	e.badInput, e.cas = problem, nil
@@ -99,7 +99,7 @@ func (e *Extra) bad(problem string) []*x509.Certificate {
 	e.Log.Error(errors.New(problem), "migration CA Secret is unusable; no extra CA is trusted for client certificates", "secret", e.Secret.String())
 	if e.Recorder != nil {
 		obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.Secret.Namespace, Name: e.Secret.Name}}
-		e.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalidExtraCA, "AdmitCA", "%s", msg)
+		e.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalidMigrationCA, "AdmitCA", "%s", msg)
 	}
 	return nil
 }

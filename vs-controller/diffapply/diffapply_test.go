@@ -1,4 +1,4 @@
-package apply_test
+package diffapply_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 func decode(t *testing.T, s string) any {
@@ -47,7 +47,7 @@ func TestSubset(t *testing.T) {
 		{"map where list is", `{"a":{}}`, `{"a":[]}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := apply.Subset(decode(t, tc.want), decode(t, tc.have)); got != tc.ok {
+			if got := diffapply.Subset(decode(t, tc.want), decode(t, tc.have)); got != tc.ok {
 				t.Fatalf("Subset(%s, %s) = %v, want %v", tc.want, tc.have, got, tc.ok)
 			}
 		})
@@ -64,7 +64,7 @@ func secret(data string) *corev1.Secret {
 var secretGVK = corev1.SchemeGroupVersion.WithKind("Secret")
 
 func TestDesired(t *testing.T) {
-	d, err := apply.Desired(secret("x"), secretGVK)
+	d, err := diffapply.Desired(secret("x"), secretGVK)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,23 +78,23 @@ func TestDesired(t *testing.T) {
 	if _, ok := d.Object["status"]; ok {
 		t.Fatal("status kept")
 	}
-	h1 := d.GetAnnotations()[apply.HashAnnotation]
+	h1 := d.GetAnnotations()[diffapply.HashAnnotation]
 	if h1 == "" {
 		t.Fatal("no hash annotation")
 	}
-	again, _ := apply.Desired(secret("x"), secretGVK)
-	if h := again.GetAnnotations()[apply.HashAnnotation]; h != h1 {
+	again, _ := diffapply.Desired(secret("x"), secretGVK)
+	if h := again.GetAnnotations()[diffapply.HashAnnotation]; h != h1 {
 		t.Fatalf("hash not stable: %s vs %s", h, h1)
 	}
-	other, _ := apply.Desired(secret("y"), secretGVK)
-	if h := other.GetAnnotations()[apply.HashAnnotation]; h == h1 {
+	other, _ := diffapply.Desired(secret("y"), secretGVK)
+	if h := other.GetAnnotations()[diffapply.HashAnnotation]; h == h1 {
 		t.Fatal("hash did not change with the content")
 	}
 	// A live object carrying an old hash annotation does not change the hash.
 	withOld := secret("x")
-	withOld.Annotations = map[string]string{apply.HashAnnotation: "stale"}
-	w, _ := apply.Desired(withOld, secretGVK)
-	if h := w.GetAnnotations()[apply.HashAnnotation]; h != h1 {
+	withOld.Annotations = map[string]string{diffapply.HashAnnotation: "stale"}
+	w, _ := diffapply.Desired(withOld, secretGVK)
+	if h := w.GetAnnotations()[diffapply.HashAnnotation]; h != h1 {
 		t.Fatalf("hash depends on a previous hash annotation: %s vs %s", h, h1)
 	}
 }
@@ -126,7 +126,7 @@ func (r *recorder) Apply(_ context.Context, _ runtime.ApplyConfiguration, _ ...c
 }
 
 func TestEnsure(t *testing.T) {
-	desired, err := apply.Desired(secret("x"), secretGVK)
+	desired, err := diffapply.Desired(secret("x"), secretGVK)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +141,11 @@ func TestEnsure(t *testing.T) {
 		{"extra label from someone else", live(t, desired, func(s *corev1.Secret) { s.Labels["other"] = "x" }), false},
 		{"hand-edited value", live(t, desired, func(s *corev1.Secret) { s.Data["k"] = []byte("edited") }), true},
 		{"our label removed", live(t, desired, func(s *corev1.Secret) { delete(s.Labels, "l") }), true},
-		{"applied by an older version of us", live(t, desired, func(s *corev1.Secret) { s.Annotations[apply.HashAnnotation] = "old" }), true},
+		{"applied by an older version of us", live(t, desired, func(s *corev1.Secret) { s.Annotations[diffapply.HashAnnotation] = "old" }), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
-			wrote, err := apply.Ensure(context.Background(), rec, "me", desired, tc.live)
+			wrote, err := diffapply.Ensure(context.Background(), rec, "me", desired, tc.live)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +155,7 @@ func TestEnsure(t *testing.T) {
 		})
 	}
 	rec := &recorder{err: errors.New("boom")}
-	if _, err := apply.Ensure(context.Background(), rec, "me", desired, nil); err == nil {
+	if _, err := diffapply.Ensure(context.Background(), rec, "me", desired, nil); err == nil {
 		t.Fatal("apply error not returned")
 	}
 }
@@ -166,7 +166,7 @@ func ExampleSubset() {
 	desired := map[string]any{"spec": map[string]any{"replicas": 1.0}}
 	defaulted := map[string]any{"spec": map[string]any{"replicas": 1.0, "revisionHistoryLimit": 10.0}}
 	edited := map[string]any{"spec": map[string]any{"replicas": 3.0}}
-	fmt.Println(apply.Subset(desired, defaulted), apply.Subset(desired, edited))
+	fmt.Println(diffapply.Subset(desired, defaulted), diffapply.Subset(desired, edited))
 	// Output: true false
 }
 
@@ -181,14 +181,14 @@ func TestSubsetNumbers(t *testing.T) {
 		{float64(1), "1", false},
 		{float64(1), json.Number("1"), true},
 	} {
-		if got := apply.Subset(tc.want, tc.have); got != tc.ok {
+		if got := diffapply.Subset(tc.want, tc.have); got != tc.ok {
 			t.Errorf("Subset(%#v, %#v) = %v, want %v", tc.want, tc.have, got, tc.ok)
 		}
 	}
 }
 
 func TestUpToDateUnstructuredLive(t *testing.T) {
-	desired, err := apply.Desired(&corev1.Service{
+	desired, err := diffapply.Desired(&corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(443)}}},
 	}, corev1.SchemeGroupVersion.WithKind("Service"))
@@ -199,23 +199,23 @@ func TestUpToDateUnstructuredLive(t *testing.T) {
 	live := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Service",
 		"metadata": map[string]any{"name": "s", "namespace": "ns", "resourceVersion": "9",
-			"annotations": map[string]any{apply.HashAnnotation: desired.GetAnnotations()[apply.HashAnnotation]}},
+			"annotations": map[string]any{diffapply.HashAnnotation: desired.GetAnnotations()[diffapply.HashAnnotation]}},
 		"spec": map[string]any{"clusterIP": "10.0.0.1", "ports": []any{
 			map[string]any{"name": "https", "port": int64(443), "protocol": "TCP", "targetPort": int64(443)}}},
 	}}
-	if ok, err := apply.UpToDate(desired, live); err != nil || !ok {
+	if ok, err := diffapply.UpToDate(desired, live); err != nil || !ok {
 		t.Fatalf("UpToDate = %v, %v", ok, err)
 	}
 	if err := unstructured.SetNestedSlice(live.Object, []any{map[string]any{"name": "https", "port": int64(8443)}}, "spec", "ports"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := apply.UpToDate(desired, live); ok {
+	if ok, _ := diffapply.UpToDate(desired, live); ok {
 		t.Fatal("edited port not seen")
 	}
 }
 
 func TestMemo(t *testing.T) {
-	var m apply.Memo
+	var m diffapply.Memo
 	if m.Known("k", "1", "h") {
 		t.Fatal("empty memo knows")
 	}

@@ -1,4 +1,4 @@
-// Package apply is module-sync's apply engine (docs/architecture.md §4.11): it
+// Package syncitems applies a SyncResource's items (docs/architecture.md §4.11): it
 // makes one runtime (SKR) hold what a SyncResource's items say, through a
 // controller-runtime client for that runtime, and reports per item.
 //
@@ -22,7 +22,7 @@
 //
 // The engine does not write the SyncResource: the caller stores
 // Result.Items and Result.Summary in its status.
-package apply
+package syncitems
 
 import (
 	"context"
@@ -111,8 +111,6 @@ type itemError struct {
 	permanent   bool
 	unreachable bool
 }
-
-func (e *itemError) Error() string { return e.msg }
 
 func invalid(format string, args ...any) *itemError {
 	return &itemError{state: v1alpha1.ItemError, msg: "invalid object: " + fmt.Sprintf(format, args...), permanent: true}

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/modulemanagers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/modulemanagers"
 )
 
 // TestManagersGetTheVerbOnTheirGrantOnly: the Role gives manage on the

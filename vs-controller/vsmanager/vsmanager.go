@@ -1,9 +1,9 @@
-// Package controllers assembles vs-controller's manager: the Watcher
+// Package vsmanager builds vs-controller's controller-runtime manager: the Watcher
 // reconciler (package routing) and the runtime reconciler (package
 // runtimes) with its trust keeper (package trust), with a cache restricted to the namespaces each kind lives in and
 // health checks that reflect the cache's state. The binary and the
 // integration tests build the very same manager from it.
-package controllers
+package vsmanager
 
 import (
 	"context"

@@ -25,10 +25,9 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -36,7 +35,7 @@ import (
 type Reconciler struct {
 	// Client of the KCP (the manager's cached client).
 	Client   client.Client
-	Runtimes *runtimeclient.Clients
+	Runtimes *skrclient.Runtimes
 	Mirror   *mirror.Mirror
 	// Interval of the periodic pass per runtime.
 	Interval time.Duration
@@ -83,12 +82,12 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 			rt, found, err := lookup.LookupRuntime(ctx, ev.RuntimeID)
 			switch {
 			case err != nil:
-				metrics.Events.WithLabelValues("lookup-failed").Inc()
+				syncmetrics.Events.WithLabelValues("lookup-failed").Inc()
 				ctrl.Log.WithName("mirror").Error(err, "looking up the runtime of an event", "runtimeID", ev.RuntimeID)
 			case !found:
-				metrics.Events.WithLabelValues("unknown-runtime").Inc()
+				syncmetrics.Events.WithLabelValues("unknown-runtime").Inc()
 			default:
-				metrics.Events.WithLabelValues("enqueued").Inc()
+				syncmetrics.Events.WithLabelValues("enqueued").Inc()
 				req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}}
 				q.Add(req)
 				if confirm > 0 {
@@ -111,18 +110,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if apierrors.IsNotFound(err) || kyma.DeletionTimestamp != nil {
 		n, err := r.Mirror.Remove(ctx, mirror.Kyma{Name: req.Name, Namespace: req.Namespace})
-		metrics.MirrorWrites.WithLabelValues("deleted").Add(float64(n))
+		syncmetrics.MirrorWrites.WithLabelValues("deleted").Add(float64(n))
 		if err != nil {
-			metrics.MirrorPasses.WithLabelValues("failed").Inc()
+			syncmetrics.MirrorPasses.WithLabelValues("failed").Inc()
 			return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 		}
-		metrics.MirrorPasses.WithLabelValues("removed").Inc()
+		syncmetrics.MirrorPasses.WithLabelValues("removed").Inc()
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, nil
 	}
 	release, ok := r.Turns.Take(key)
 	if !ok {
-		metrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
+		syncmetrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
 		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
 	defer release()
@@ -132,19 +131,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	skr, err := r.Runtimes.For(ctx, id)
 	if err != nil {
 		result := "failed"
-		if errors.Is(err, runtimeclient.ErrNoKubeconfig) {
+		if errors.Is(err, skrclient.ErrNoKubeconfig) {
 			result = "no-kubeconfig"
 		}
-		metrics.MirrorPasses.WithLabelValues(result).Inc()
+		syncmetrics.MirrorPasses.WithLabelValues(result).Inc()
 		log.Info("runtime not mirrored", "runtimeID", id, "reason", skrclient.Bounded(err.Error()))
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	res, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
-	metrics.MirrorWrites.WithLabelValues("created").Add(float64(res.Created))
-	metrics.MirrorWrites.WithLabelValues("updated").Add(float64(res.Updated))
-	metrics.MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
+	syncmetrics.MirrorWrites.WithLabelValues("created").Add(float64(res.Created))
+	syncmetrics.MirrorWrites.WithLabelValues("updated").Add(float64(res.Updated))
+	syncmetrics.MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
 	if err != nil {
-		metrics.MirrorPasses.WithLabelValues("failed").Inc()
+		syncmetrics.MirrorPasses.WithLabelValues("failed").Inc()
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: r.Conflicts.When(key)}, nil
 		}
@@ -153,10 +152,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.Conflicts.Forget(key)
 	if res.Writes() > 0 {
-		metrics.MirrorPasses.WithLabelValues("synced").Inc()
+		syncmetrics.MirrorPasses.WithLabelValues("synced").Inc()
 		log.V(1).Info("mirrored", "runtimeID", id, "created", res.Created, "updated", res.Updated, "deleted", res.Deleted)
 	} else {
-		metrics.MirrorPasses.WithLabelValues("unchanged").Inc()
+		syncmetrics.MirrorPasses.WithLabelValues("unchanged").Inc()
 	}
 	r.Backoff.Forget(key)
 	return reconcile.Result{RequeueAfter: pacing.Jitter(r.Interval)}, nil

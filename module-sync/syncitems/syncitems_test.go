@@ -1,4 +1,4 @@
-package apply_test
+package syncitems_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/apply"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncitems"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -111,14 +111,14 @@ func syncResource(name string, items ...v1alpha1.SyncItem) *v1alpha1.SyncResourc
 }
 
 // pass runs Apply and stores the items in status, as the reconciler does.
-func pass(t *testing.T, sr *v1alpha1.SyncResource) apply.Result {
+func pass(t *testing.T, sr *v1alpha1.SyncResource) syncitems.Result {
 	t.Helper()
-	res := apply.Apply(bgCtx, skr, grant, sr)
+	res := syncitems.Apply(bgCtx, skr, grant, sr)
 	sr.Status.Items = res.Items
 	return res
 }
 
-func itemStatus(t *testing.T, res apply.Result, name string) v1alpha1.ItemStatus {
+func itemStatus(t *testing.T, res syncitems.Result, name string) v1alpha1.ItemStatus {
 	t.Helper()
 	for _, it := range res.Items {
 		if it.Name == name {
@@ -152,7 +152,7 @@ func TestStrategies(t *testing.T) {
 	ns := namespace(t)
 	// As if module-sync had created it for this SyncResource earlier.
 	if err := skr.Create(bgCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: ns,
-		Annotations: map[string]string{apply.OwnerAnnotation: "kcp-system/strategies"}}}); err != nil {
+		Annotations: map[string]string{syncitems.OwnerAnnotation: "kcp-system/strategies"}}}); err != nil {
 		t.Fatal(err)
 	}
 	sr := syncResource("strategies",
@@ -170,7 +170,7 @@ func TestStrategies(t *testing.T) {
 		}
 	}
 	synced := getConfigMap(t, ns, "synced")
-	if synced.Data["key"] != "v1" || synced.Labels["app"] != "demo" || synced.Annotations[apply.OwnerAnnotation] != "kcp-system/strategies" {
+	if synced.Data["key"] != "v1" || synced.Labels["app"] != "demo" || synced.Annotations[syncitems.OwnerAnnotation] != "kcp-system/strategies" {
 		t.Errorf("synced ConfigMap: %+v", synced.ObjectMeta)
 	}
 	var managers []string
@@ -323,7 +323,7 @@ func TestBadItemsDoNotStopOthers(t *testing.T) {
 	}
 
 	t.Run("only refused items: Warning, no retry", func(t *testing.T) {
-		res := apply.Apply(bgCtx, skr, grant, syncResource("refused", sr.Spec.Items[0], sr.Spec.Items[7]))
+		res := syncitems.Apply(bgCtx, skr, grant, syncResource("refused", sr.Spec.Items[0], sr.Spec.Items[7]))
 		if st, cond := res.Summary(); st != v1alpha1.StateWarning || cond.Reason != "ItemsRefused" || res.Retry {
 			t.Errorf("summary %s %+v retry=%v", st, cond, res.Retry)
 		}
@@ -379,8 +379,8 @@ func TestCleanup(t *testing.T) {
 	// right after an item was added): CreateAndSync items of the spec are
 	// cleaned up too.
 	sr.Spec.Items = append(sr.Spec.Items, item("late", v1alpha1.CreateAndSync, configMap(ns, "late", "1")))
-	apply.Apply(bgCtx, skr, grant, sr) // status not stored
-	if err := apply.Cleanup(bgCtx, skr, grant, sr); err != nil {
+	syncitems.Apply(bgCtx, skr, grant, sr) // status not stored
+	if err := syncitems.Cleanup(bgCtx, skr, grant, sr); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"synced", "ignored", "late"} {
@@ -390,7 +390,7 @@ func TestCleanup(t *testing.T) {
 	}
 	getConfigMap(t, ns, "foreign")
 	getConfigMap(t, ns, "others")
-	if err := apply.Cleanup(bgCtx, skr, grant, sr); err != nil {
+	if err := syncitems.Cleanup(bgCtx, skr, grant, sr); err != nil {
 		t.Errorf("a second cleanup: %v", err)
 	}
 }
@@ -411,7 +411,7 @@ func TestUnreachableRuntime(t *testing.T) {
 		{Name: "gone", State: v1alpha1.ItemReady, Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: "gone"}},
 	}
 	start := time.Now()
-	res := apply.Apply(bgCtx, c, grant, sr)
+	res := syncitems.Apply(bgCtx, c, grant, sr)
 	if res.Unreachable == nil || !res.Retry {
 		t.Fatalf("unreachable runtime not reported: %+v", res)
 	}
@@ -430,7 +430,7 @@ func TestUnreachableRuntime(t *testing.T) {
 	if d := time.Since(start); d > 4*time.Second {
 		t.Errorf("an unreachable runtime took %v: more than one attempt", d)
 	}
-	if err := apply.Cleanup(bgCtx, c, grant, sr); err == nil {
+	if err := syncitems.Cleanup(bgCtx, c, grant, sr); err == nil {
 		t.Error("Cleanup succeeded against an unreachable runtime")
 	}
 }
