@@ -20,9 +20,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
@@ -99,17 +99,17 @@ func (r *Reconciler) Config(ctx context.Context, rt health.Runtime) (health.Find
 	// Watcher, a CA rotation) and its bundle pass has yet to push it; not
 	// a fault of the runtime. The same hash with other content: someone
 	// else changed it.
-	if live.GetAnnotations()[apply.HashAnnotation] != desired.GetAnnotations()[apply.HashAnnotation] && live.GetAnnotations()[apply.HashAnnotation] != "" {
+	if live.GetAnnotations()[diffapply.HashAnnotation] != desired.GetAnnotations()[diffapply.HashAnnotation] && live.GetAnnotations()[diffapply.HashAnnotation] != "" {
 		return health.Finding{}, nil
 	}
-	ok, err := apply.UpToDate(desired, live)
+	ok, err := diffapply.UpToDate(desired, live)
 	if err != nil {
 		return health.Finding{}, err
 	}
 	if !ok {
 		return health.Finding{Cause: health.CauseWebhookConfigAltered, Detail: "ValidatingWebhookConfiguration " + bundle.Name + " differs from the one vs-controller applied"}, nil
 	}
-	r.memo.Record(memoKey, live.GetResourceVersion(), desired.GetAnnotations()[apply.HashAnnotation])
+	r.memo.Record(memoKey, live.GetResourceVersion(), desired.GetAnnotations()[diffapply.HashAnnotation])
 	return health.Finding{}, nil
 }
 
@@ -160,7 +160,7 @@ func (r *Reconciler) Silent(ctx context.Context, rt health.Runtime) (health.Find
 	if err != nil || tls == nil {
 		return health.Finding{}, fmt.Errorf("runtime certificate not issued: %w", err)
 	}
-	ok, err := ready(ctx, skr, client.ObjectKey{Namespace: r.Bundle.Namespace, Name: bundle.Name}, &bundle.TLS{CA: r.runtimeCABundle(ctx, rt.ID, tls), Cert: tls.Cert, Key: tls.Key})
+	ok, err := ready(ctx, skr, client.ObjectKey{Namespace: r.Bundle.Namespace, Name: bundle.Name}, &certificates.TLS{CA: r.runtimeCABundle(ctx, rt.ID, tls), Cert: tls.Cert, Key: tls.Key})
 	if err != nil {
 		return health.Finding{}, skrclient.BoundedError(err)
 	}
@@ -173,7 +173,7 @@ func (r *Reconciler) Silent(ctx context.Context, rt health.Runtime) (health.Find
 // runtimeCABundle is the runtime CA bundle (every CA valid now) the
 // webhook's serving certificate is verified with; the certificate's own
 // ca.crt without the trust keeper.
-func (r *Reconciler) runtimeCABundle(ctx context.Context, id string, tls *bundle.TLS) []byte {
+func (r *Reconciler) runtimeCABundle(ctx context.Context, id string, tls *certificates.TLS) []byte {
 	if r.Trust == nil {
 		return tls.CA
 	}
