@@ -601,6 +601,10 @@ func (d *Dispatcher) noteStreak(manager string, r Result) {
 	}
 }
 
+// Expedite makes every entry waiting for its retry backoff due now (the
+// path works again).
+func (d *Dispatcher) Expedite() { d.queue.Expedite() }
+
 // FailingManagers are the managers whose every delivery attempt failed
 // retriably since their last delivery, longest failing first, at most
 // contract.MaxHealthManagers: what the health report carries.

@@ -96,6 +96,8 @@ type Resyncer interface {
 	FailingManagers() []contract.ManagerDelivery
 	Managers() []string
 	Resync(manager string, reason contract.ResyncReason)
+	// Expedite sends what waits for its backoff now.
+	Expedite()
 }
 
 // NewHealthReporter reports d's failing managers through sender and asks d
@@ -159,6 +161,9 @@ func (h *HealthReporter) Report(ctx context.Context) bool {
 				for _, m := range h.d.Managers() {
 					h.d.Resync(m, contract.ResyncRecovered)
 				}
+				// What waits for its backoff need not wait up to
+				// --retry-max-delay more.
+				h.d.Expedite()
 			}
 			h.lost = false
 			return true

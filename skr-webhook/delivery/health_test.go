@@ -130,19 +130,21 @@ func TestHealthReporterRetriesAndCounts(t *testing.T) {
 	mu.Lock()
 	n = 100
 	mu.Unlock()
-	if !h.Report(context.Background()) || len(d.resyncs) != 2 {
-		t.Fatalf("after recovery: resyncs %v, want one per manager", d.resyncs)
+	if !h.Report(context.Background()) || len(d.resyncs) != 2 || d.expedited != 1 {
+		t.Fatalf("after recovery: resyncs %v (want one per manager), expedited %d times (want 1)", d.resyncs, d.expedited)
 	}
 }
 
 // fakeResyncer stands for the Dispatcher.
 type fakeResyncer struct {
-	failing  []contract.ManagerDelivery
-	managers []string
-	resyncs  []string
+	expedited int
+	failing   []contract.ManagerDelivery
+	managers  []string
+	resyncs   []string
 }
 
 func (f *fakeResyncer) FailingManagers() []contract.ManagerDelivery { return f.failing }
+func (f *fakeResyncer) Expedite()                                   { f.expedited++ }
 func (f *fakeResyncer) Managers() []string                          { return f.managers }
 func (f *fakeResyncer) Resync(m string, r contract.ResyncReason) {
 	f.resyncs = append(f.resyncs, m+"/"+string(r))

@@ -283,19 +283,23 @@ func (e *Evaluator) decide(id string, st *state, now time.Time) Finding {
 	if !ok {
 		return Finding{}
 	}
-	// The longest failing manager comes first.
-	if len(failing) == 0 {
-		return Finding{}
+	// The longest failing manager comes first. A transport failure is
+	// stale once a report came through the same gateway: the manager's
+	// next retry (the webhook expedites them) ends its streak.
+	for _, m := range failing {
+		if m.Result == "transport" {
+			continue
+		}
+		if time.Duration(m.FailingSeconds)*time.Second+now.Sub(last) < e.opts.DeliveryGrace {
+			return Finding{}
+		}
+		c := CauseDeliveryFailing
+		if m.Result == "404" {
+			c = CauseNoRoute
+		}
+		return Finding{Cause: c, Manager: m.Name, Detail: "every delivery fails, the last with " + m.Result}
 	}
-	m := failing[0]
-	if time.Duration(m.FailingSeconds)*time.Second+now.Sub(last) < e.opts.DeliveryGrace {
-		return Finding{}
-	}
-	c := CauseDeliveryFailing
-	if m.Result == "404" {
-		c = CauseNoRoute
-	}
-	return Finding{Cause: c, Manager: m.Name, Detail: "every delivery fails, the last with " + m.Result}
+	return Finding{}
 }
 
 func outcome(f Finding, err error) string {

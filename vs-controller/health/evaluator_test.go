@@ -210,7 +210,7 @@ func TestDeliveryFailures(t *testing.T) {
 	for _, tc := range []struct {
 		class string
 		cause Cause
-	}{{"404", CauseNoRoute}, {"5xx", CauseDeliveryFailing}, {"transport", CauseDeliveryFailing}} {
+	}{{"404", CauseNoRoute}, {"5xx", CauseDeliveryFailing}, {"403", CauseDeliveryFailing}} {
 		start := f.clock.Now()
 		for f.rec.flagged["b"].Cause != tc.cause {
 			if f.clock.Since(start) > twoMinutes {
@@ -228,6 +228,12 @@ func TestDeliveryFailures(t *testing.T) {
 		}
 		f.report["b"] = contract.HealthReport{}
 		f.clearedWithin(t, "b", 40*time.Second)
+	}
+	// Transport failures reported by a runtime that is heard are stale.
+	f.report["b"] = contract.HealthReport{Managers: []contract.ManagerDelivery{{Name: "m", Result: "transport", FailingSeconds: 300}}}
+	f.run(t, time.Minute)
+	if len(f.rec.flagged) != 0 {
+		t.Fatalf("flagged for a stale transport failure: %v", f.rec.flagged)
 	}
 	// A short failure (a listener's rolling update) is no flag.
 	f.report["b"] = contract.HealthReport{Managers: []contract.ManagerDelivery{{Name: "m", Result: "5xx", FailingSeconds: 20}}}
