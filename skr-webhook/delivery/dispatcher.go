@@ -601,9 +601,16 @@ func (d *Dispatcher) noteStreak(manager string, r Result) {
 	}
 }
 
-// Expedite makes every entry waiting for its retry backoff due now (the
-// path works again).
-func (d *Dispatcher) Expedite() { d.queue.Expedite() }
+// Recovered is told that the path to the KCP works again (a health report
+// was taken after one that was not): every entry waiting for its retry
+// backoff is due now, and the failing streaks, the outage's, are
+// forgotten (a manager that still fails starts a new one).
+func (d *Dispatcher) Recovered() {
+	d.streakMu.Lock()
+	clear(d.streaks)
+	d.streakMu.Unlock()
+	d.queue.Expedite()
+}
 
 // FailingManagers are the managers whose every delivery attempt failed
 // retriably since their last delivery, longest failing first, at most

@@ -96,8 +96,9 @@ type Resyncer interface {
 	FailingManagers() []contract.ManagerDelivery
 	Managers() []string
 	Resync(manager string, reason contract.ResyncReason)
-	// Expedite sends what waits for its backoff now.
-	Expedite()
+	// Recovered: the path works again; what waits for its backoff goes
+	// now, and the failing streaks of the outage are forgotten.
+	Recovered()
 }
 
 // NewHealthReporter reports d's failing managers through sender and asks d
@@ -149,7 +150,12 @@ func (h *HealthReporter) Run(ctx context.Context) {
 // Report sends one report, retrying as configured; it returns whether the
 // KCP took it. Not run concurrently (Run calls it).
 func (h *HealthReporter) Report(ctx context.Context) bool {
-	r := contract.HealthReport{Managers: h.d.FailingManagers()}
+	var r contract.HealthReport
+	if !h.lost {
+		// After an outage every manager's streak is the outage's: the
+		// report that ends it names none.
+		r.Managers = h.d.FailingManagers()
+	}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, h.cfg.AttemptTimeout)
 		res, answer := h.sender.SendHealth(actx, r)
@@ -163,7 +169,7 @@ func (h *HealthReporter) Report(ctx context.Context) bool {
 				}
 				// What waits for its backoff need not wait up to
 				// --retry-max-delay more.
-				h.d.Expedite()
+				h.d.Recovered()
 			}
 			h.lost = false
 			return true

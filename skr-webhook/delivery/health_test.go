@@ -38,6 +38,10 @@ func TestFailingManagers(t *testing.T) {
 	if got := d.FailingManagers(); len(got) != 1 || got[0].Name != "b" {
 		t.Fatalf("after a's delivery: %v", got)
 	}
+	d.Recovered()
+	if got := d.FailingManagers(); len(got) != 0 {
+		t.Fatalf("after the path recovered: %v", got)
+	}
 }
 
 func TestFailingManagersBounded(t *testing.T) {
@@ -131,7 +135,15 @@ func TestHealthReporterRetriesAndCounts(t *testing.T) {
 	n = 100
 	mu.Unlock()
 	if !h.Report(context.Background()) || len(d.resyncs) != 2 || d.expedited != 1 {
-		t.Fatalf("after recovery: resyncs %v (want one per manager), expedited %d times (want 1)", d.resyncs, d.expedited)
+		t.Fatalf("after recovery: resyncs %v (want one per manager), recovered %d times (want 1)", d.resyncs, d.expedited)
+	}
+	// The report that ended the outage named no manager: their streaks
+	// were the outage's.
+	mu.Lock()
+	last := bodies[len(bodies)-1]
+	mu.Unlock()
+	if len(last.Managers) != 0 {
+		t.Fatalf("the first report after the outage names %v", last.Managers)
 	}
 }
 
@@ -144,7 +156,7 @@ type fakeResyncer struct {
 }
 
 func (f *fakeResyncer) FailingManagers() []contract.ManagerDelivery { return f.failing }
-func (f *fakeResyncer) Expedite()                                   { f.expedited++ }
+func (f *fakeResyncer) Recovered()                                  { f.expedited++ }
 func (f *fakeResyncer) Managers() []string                          { return f.managers }
 func (f *fakeResyncer) Resync(m string, r contract.ResyncReason) {
 	f.resyncs = append(f.resyncs, m+"/"+string(r))
