@@ -51,7 +51,7 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 	BeforeAll(func(ctx SpecContext) {
 		he, ok := env.(e2e.HealthEnvironment)
 		if !ok {
-			Fail("the silent specs need an environment whose runtimes can be broken (the local one); run the kind e2e with -ginkgo.label-filter='!silent'")
+			Fail("the silent specs need an environment whose runtimes can be broken (the local one); run the kind e2e with -ginkgo.label-filter='!silent', as test/kind/e2e.sh does")
 		}
 		h = he.Health()
 		n = sample(env.Names())
