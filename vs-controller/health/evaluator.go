@@ -58,6 +58,10 @@ type Options struct {
 	Workers      int
 	ProbeTimeout time.Duration
 	Clock        clock.WithTicker
+	// Owns tells the runtimes whose reports this replica takes (nil: all
+	// of them). With shards, the runtimes the runtimes function lists and
+	// the ones Owns accepts are the same: the owner's.
+	Owns func(runtimeID string) bool
 }
 
 // Defaults.
@@ -114,18 +118,27 @@ type Evaluator struct {
 
 	running atomic.Bool
 	states  map[string]*state
+	// owns: the runtimes this replica evaluates (Options.Owns).
+	owns func(id string) bool
 }
 
 // NewEvaluator evaluates the runtimes runtimes() lists (those this replica
 // owns) from what tracker heard.
 func NewEvaluator(o Options, tracker *Tracker, runtimes func(context.Context) ([]Runtime, error), prober Prober, reporter Reporter, log logr.Logger) *Evaluator {
 	o.defaults()
-	return &Evaluator{opts: o, tracker: tracker, prober: prober, runtimes: runtimes, reporter: reporter, log: log, states: map[string]*state{}}
+	return &Evaluator{opts: o, tracker: tracker, prober: prober, runtimes: runtimes, reporter: reporter, log: log, states: map[string]*state{}, owns: o.Owns}
 }
 
-// Evaluating reports whether Start runs (the report handler answers 503
-// otherwise, so the webhook's report reaches the replica that evaluates).
+// Evaluating reports whether Start runs.
 func (e *Evaluator) Evaluating() bool { return e.running.Load() }
+
+// Evaluates reports whether this evaluator takes runtime id's reports: it
+// runs (the leader) and owns, by owns (nil: every runtime; a shard owner's
+// test with #36). The report handler answers 421 otherwise, so the
+// webhook's report reaches the replica that evaluates the runtime.
+func (e *Evaluator) Evaluates(id string) bool {
+	return e.running.Load() && (e.owns == nil || e.owns(id))
+}
 
 // Start runs a round every tick until ctx ends (a manager.Runnable that
 // needs leadership).

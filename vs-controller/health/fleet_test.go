@@ -173,7 +173,7 @@ func TestNoFalseAlarmsAt10000RuntimesOver30MinutesOfChurn(t *testing.T) {
 		p.renewal = rng.IntN(secs)
 		p.caPush = 600 + rng.IntN(600)
 	}
-	handler := func() http.Handler { return tracker.Handler(ev.Evaluating) }
+	handler := func() http.Handler { return tracker.Handler(ev.Evaluates) }
 	ev.running.Store(true)
 	var reports, refused int
 	body := `{}`

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -17,7 +18,7 @@ func TestHandler(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	tr := NewTracker(clk, 2)
 	evaluating := true
-	h := tr.Handler(func() bool { return evaluating })
+	h := tr.Handler(func(string) bool { return evaluating })
 	do := func(method, path, id, body string) int {
 		r := httptest.NewRequest(method, path, strings.NewReader(body))
 		if id != "" {
@@ -66,13 +67,23 @@ func TestHandler(t *testing.T) {
 	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", ok); got != http.StatusMisdirectedRequest {
 		t.Errorf("not evaluating: %d, want 421", got)
 	}
+	// An evaluator that owns some runtimes (a shard) takes only theirs.
+	ev := NewEvaluator(Options{Owns: func(id string) bool { return id == "runtime-a" }}, tr, nil, nil, nil, logr.Discard())
+	ev.running.Store(true)
+	h = tr.Handler(ev.Evaluates)
+	if got := do(http.MethodPost, contract.HealthPath, "runtime-a", `{}`); got != http.StatusNoContent {
+		t.Errorf("owned runtime: %d, want 204", got)
+	}
+	if got := do(http.MethodPost, contract.HealthPath, "runtime-b", `{}`); got != http.StatusMisdirectedRequest {
+		t.Errorf("runtime of another shard: %d, want 421", got)
+	}
 }
 
 // BenchmarkReport is one report through the handler into the tracker, at
 // 10,000 runtimes (the vs-controller side of a report's cost).
 func BenchmarkReport(b *testing.B) {
 	tr := NewTracker(nil, MaxRuntimes)
-	h := tr.Handler(func() bool { return true })
+	h := tr.Handler(func(string) bool { return true })
 	ids := make([]string, 10000)
 	for i := range ids {
 		ids[i] = fleetRuntimeID(i)

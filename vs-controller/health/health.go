@@ -194,11 +194,13 @@ const maxRuntimeIDBytes = 253
 // Handler serves POST contract.HealthPath. The runtime is the one ext-authz
 // identified (contract.HeaderRuntimeID, set from the verified client
 // certificate; only the gateway reaches this port, NetworkPolicy), never
-// the body. While evaluating() is false (a replica that does not own the
-// runtimes) it answers 421 Misdirected Request, and the webhook tries again
-// (a 421 is not a broken path). A report is answered 204, or 200 with
-// contract.HealthAnswer{Resync: true} once after RequestResync.
-func (t *Tracker) Handler(evaluating func() bool) http.Handler {
+// the body. While evaluates(runtimeID) is false — a replica that does not
+// own the runtime: today one that does not lead (Evaluator.Evaluates), with
+// shards one that does not own it — it answers 421 Misdirected Request, and
+// the webhook tries again at once (a 421 is not a broken path). A report is
+// answered 204, or 200 with contract.HealthAnswer{Resync: true} once after
+// RequestResync.
+func (t *Tracker) Handler(evaluates func(runtimeID string) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path != contract.HealthPath:
@@ -234,7 +236,7 @@ func (t *Tracker) Handler(evaluating func() bool) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if !evaluating() {
+		if !evaluates(id) {
 			reports.WithLabelValues("not-evaluating").Inc()
 			http.Error(w, "this replica does not evaluate runtime health", http.StatusMisdirectedRequest)
 			return

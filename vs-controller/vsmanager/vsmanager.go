@@ -186,7 +186,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		if err := mgr.Add(ev); err != nil {
 			return nil, err
 		}
-		if err := mgr.Add(&health.Server{Addr: a, Handler: tracker.Handler(ev.Evaluating)}); err != nil {
+		if err := mgr.Add(&health.Server{Addr: a, Handler: tracker.Handler(ev.Evaluates)}); err != nil {
 			return nil, err
 		}
 	}
