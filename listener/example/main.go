@@ -35,6 +35,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -112,16 +113,21 @@ func parseOptions(args []string, errOut io.Writer) (*options, error) {
 	if err := o.Parse(fs, args); err != nil || o.Version {
 		return o, err
 	}
-	if o.identity != "header" && o.identity != "san-pinning" {
-		return nil, fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
-	}
-	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
-		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
-	}
-	if o.print != "text" && o.print != "json" {
-		return nil, fmt.Errorf("--print=%q: want text or json", o.print)
+	if errs := o.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
 	return o, nil
+}
+
+// validate checks every flag, collecting every problem.
+func (o *options) validate() field.ErrorList {
+	return startup.Collect(nil,
+		startup.DNSLabel("manager", o.manager),
+		startup.DNSLabel("kyma-namespace", o.kymaNamespace),
+		startup.OneOf("identity", o.identity, "header", "san-pinning"),
+		startup.Together("tls-cert-file", o.tlsCertFile, "tls-key-file", o.tlsKeyFile),
+		startup.OneOf("print", o.print, "text", "json"),
+	)
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
