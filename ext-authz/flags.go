@@ -15,6 +15,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
@@ -40,8 +41,6 @@ type options struct {
 	decisionLog   decisionlog.Options
 	dryRun        server.DryRun
 	otlpEndpoint  string
-
-	caBundle *cafile.Bundle // caFile as read at start
 }
 
 // parseFlags parses and validates args (without the program name). -h and
@@ -82,8 +81,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 }
 
 // validate checks every flag, collecting every problem, and sets what
-// the flags imply (the stream workers' default, the dry-run paths, the CA
-// bundle as read at start).
+// the flags imply (the stream workers' default, the dry-run paths).
 func (o *options) validate(fs *flag.FlagSet, dryRunPaths string) field.ErrorList {
 	var errs field.ErrorList
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", o.grpcAddr}, {"metrics-bind-address", o.metricsAddr}, {"health-probe-bind-address", o.healthAddr}} {
@@ -140,11 +138,9 @@ func (o *options) validate(fs *flag.FlagSet, dryRunPaths string) field.ErrorList
 		}
 	}
 	if o.caFile != "" {
-		b, err := cafile.Load(o.caFile, time.Now())
-		if err != nil {
+		if _, err := filewatch.LoadCABundle(o.caFile, time.Now()); err != nil {
 			errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, err.Error()))
 		}
-		o.caBundle = b
 	}
 	return errs
 }

@@ -48,11 +48,11 @@ func TestParseFlags(t *testing.T) {
 	startuptest.Run(t, parseFlags, []startuptest.Case[*options]{
 		{Name: "defaults", Check: ok(func(o *options) bool {
 			return o.grpcAddr == ":9001" && o.metricsAddr == ":8080" && o.healthAddr == ":8081" &&
-				o.kymaNamespace == "kcp-system" && o.kubeconfig == "" && o.caFile == "" && o.caBundle == nil && o.caInterval == 10*time.Second && o.apiTimeout == 10*time.Second
+				o.kymaNamespace == "kcp-system" && o.kubeconfig == "" && o.caFile == "" && o.caInterval == 10*time.Second && o.apiTimeout == 10*time.Second
 		})},
 		{Name: "flags", Args: []string{"--grpc-addr=127.0.0.1:1", "--kyma-namespace=kyma", "--kubeconfig=" + kubeconfig, "--ca-file=" + caFile},
 			Check: ok(func(o *options) bool {
-				return o.grpcAddr == "127.0.0.1:1" && o.kymaNamespace == "kyma" && o.kubeconfig == kubeconfig && o.caBundle != nil && len(o.caBundle.CAs) == 1
+				return o.grpcAddr == "127.0.0.1:1" && o.kymaNamespace == "kyma" && o.kubeconfig == kubeconfig && o.caFile == caFile
 			})},
 		{Name: "kubebuilder names", Args: []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:9091"},
 			Check: ok(func(o *options) bool { return o.metricsAddr == ":9090" && o.healthAddr == ":9091" })},

@@ -47,6 +47,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
@@ -101,19 +102,20 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	var ready atomic.Bool
 	verifier := &pinning.Verifier{Lookup: kymas}
 	var caWatcher *cafile.Watcher
-	if o.caBundle != nil {
+	if o.caFile != "" {
 		caMetrics, err := cafile.NewMetrics(reg)
 		if err != nil {
 			return err
 		}
-		verifier.SetRoots(o.caBundle.Pool)
 		caWatcher = &cafile.Watcher{
-			Path: o.caFile, Initial: o.caBundle, Interval: o.caInterval, Metrics: caMetrics, Log: log.WithName("ca-file"),
+			Path: o.caFile, Interval: o.caInterval, Metrics: caMetrics, Log: log.WithName("ca-file"),
 			// The swap is one atomic store; Checks read the roots with one
 			// atomic load and re-verify chains verified against older roots.
-			Apply: func(b *cafile.Bundle) { verifier.SetRoots(b.Pool) },
+			Apply: func(b *filewatch.CABundle) { verifier.SetRoots(b.Pool) },
 		}
-		log.Info("CA file loaded", "file", o.caFile, "cas", o.caBundle.Summary(), "expired", o.caBundle.Expired)
+		if err := caWatcher.Init(); err != nil {
+			return fmt.Errorf("--ca-file %s: %w", o.caFile, err)
+		}
 	}
 	frames, err := framelimit.NewMetrics(reg)
 	if err != nil {

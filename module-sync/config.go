@@ -47,7 +47,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.Int64Var(&c.servicePort, "service-port", 8082, "Watchers' serviceInfo: the Service's port")
 	fs.StringVar(&c.selector, "gateway-selector", "operator.kyma-project.io/watcher-gateway=default", "Watchers' gateway label selector: key=value[,…]")
 	fs.StringVar(&c.o.Identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
-	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to the CAs of this PEM file (reloaded when it changes)")
 	fs.StringVar(&c.o.TLSCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&c.o.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.DurationVar(&c.o.MirrorInterval, "mirror-interval", syncmanager.DefaultMirrorInterval, "periodic mirror pass per runtime (events make it real-time; this repairs what an event missed)")
@@ -103,6 +103,9 @@ func (c *config) validate() field.ErrorList {
 	}
 	if o.RetryMax < o.RetryBase {
 		errs = append(errs, field.Invalid(startup.Flag("retry-max"), o.RetryMax.String(), "must not be less than --retry-base"))
+	}
+	if o.CAFile != "" && o.Identity != "san-pinning" {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.CAFile, "needs --identity=san-pinning"))
 	}
 	if c.qps <= 0 {
 		errs = append(errs, field.Invalid(startup.Flag("kube-api-qps"), c.qps, "must be positive"))

@@ -74,7 +74,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", delivery.DefaultAttemptTimeout, "bound of one delivery attempt (connect, TLS handshake, answer)")
 	fs.DurationVar(&c.objectInterval, "object-interval", delivery.DefaultObjectInterval, "least time between two deliveries of one object; changes in between coalesce (0: none)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM (readiness already failing, admission still answered), how long pending events may still be delivered")
-	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
+	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read the key pairs, --ca-file and --managers-file this often besides watching their directories")
 	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync (managers first seen in a /validate/<manager> path too); a line \"<manager> heartbeats\" also opts it in to heartbeats")
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each manager opted in to heartbeats by the managers file a heartbeat this often (0: off)")
 	minTLS := fs.String("min-tls-version", "1.2", "lowest TLS version offered to the KCP gateway: 1.2 or 1.3 (TLS 1.3 only)")

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/startup/startuptest"
@@ -249,7 +248,7 @@ func TestAppLifecycle(t *testing.T) {
 			WithTimeout(10*time.Second).Should(gomega.Equal(1), name)
 	}
 	// /metrics serves the webhook's registry and controller-runtime's
-	// (certwatcher) together.
+	// together.
 	metrics := "http://" + env.app.metricsLn.Addr().String() + "/metrics"
 	if err := testutil.ScrapeAndCompare(metrics, strings.NewReader(`
 # HELP runtime_watcher_skr_webhook_events_delivered_total Change events the KCP answered with 2xx.
@@ -268,8 +267,29 @@ runtime_watcher_skr_webhook_admission_requests_total{manager="lifecycle-manager"
 `), "runtime_watcher_skr_webhook_admission_requests_total"); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(ctrlmetrics.Registry, "certwatcher_read_certificate_total"); err != nil || n == 0 {
-		t.Errorf("certwatcher metrics: %d series, %v", n, err)
+	// A broken ca.crt keeps the trust in use and is counted once; the
+	// content in use again is no reload.
+	caPEM, err := os.ReadFile(env.app.cfg.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{[]byte("garbage"), caPEM} {
+		if err := os.WriteFile(env.app.cfg.caFile, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if env.app.caFile.Reload() {
+			t.Fatalf("ca.crt %q was loaded", data)
+		}
+	}
+	if err := testutil.GatherAndCompare(env.app.registry, strings.NewReader(`
+# HELP runtime_watcher_skr_webhook_file_reloads_total Reads of a changed file (serving-certificate, client-certificate, ca-file, managers-file): ok (the new content is in use) or error (unreadable or unusable; what was in use stays).
+# TYPE runtime_watcher_skr_webhook_file_reloads_total counter
+runtime_watcher_skr_webhook_file_reloads_total{file="ca-file",result="error"} 1
+runtime_watcher_skr_webhook_file_reloads_total{file="ca-file",result="ok"} 0
+runtime_watcher_skr_webhook_file_reloads_total{file="serving-certificate",result="error"} 0
+runtime_watcher_skr_webhook_file_reloads_total{file="serving-certificate",result="ok"} 0
+`), "runtime_watcher_skr_webhook_file_reloads_total"); err != nil {
+		t.Error(err)
 	}
 	if err := env.stop(); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,7 +105,7 @@ func parseOptions(args []string, errOut io.Writer) (*options, error) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: every replica serves and is ready, only the leader accepts events (others answer 503) and reconciles")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	fs.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
-	fs.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	fs.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to the CAs of this PEM file (reloaded when it changes)")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
@@ -121,7 +120,11 @@ func parseOptions(args []string, errOut io.Writer) (*options, error) {
 
 // validate checks every flag, collecting every problem.
 func (o *options) validate() field.ErrorList {
-	return startup.Collect(nil,
+	var errs field.ErrorList
+	if o.caFile != "" && o.identity != "san-pinning" {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, "needs --identity=san-pinning"))
+	}
+	return startup.Collect(errs,
 		startup.DNSLabel("manager", o.manager),
 		startup.DNSLabel("kyma-namespace", o.kymaNamespace),
 		startup.OneOf("identity", o.identity, "header", "san-pinning"),
@@ -165,18 +168,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	case "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())
 	case "san-pinning":
-		v := &identity.Verifier{Lookup: lookup}
-		if o.caFile != "" {
-			pemBytes, err := os.ReadFile(o.caFile)
-			if err != nil {
-				return fmt.Errorf("--ca-file: %w", err)
-			}
-			v.Roots = x509.NewCertPool()
-			if !v.Roots.AppendCertsFromPEM(pemBytes) {
-				return fmt.Errorf("--ca-file %s holds no PEM certificate", o.caFile)
-			}
+		lopts = append(lopts, listener.WithSANPinning(&identity.Verifier{Lookup: lookup}))
+		if o.caFile != "" { // reloaded while the operator runs
+			lopts = append(lopts, listener.WithClientCAFile(o.caFile))
 		}
-		lopts = append(lopts, listener.WithSANPinning(v))
 	default: // parseOptions accepts no other
 		return fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
 	}
