@@ -93,3 +93,21 @@ func TestParseHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestProblems(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"none", nil, 0},
+		{"one", a, 1},
+		{"errors.Join", errors.Join(a, b), 2},
+		{"a field.ErrorList's aggregate", Collect(nil, IntRange("n", 0, 1, 9), OneOf("m", "x", "y"), nil).ToAggregate(), 2},
+	} {
+		if got := Problems(tc.err); len(got) != tc.want {
+			t.Errorf("%s: %d problems %v, want %d", tc.name, len(got), got, tc.want)
+		}
+	}
+}
