@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
@@ -106,6 +107,8 @@ func (c *config) validate() field.ErrorList {
 	}
 	if o.CAFile != "" && o.Identity != "san-pinning" {
 		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.CAFile, "needs --identity=san-pinning"))
+	} else if _, err := filewatch.LoadCABundle(o.CAFile, time.Now()); o.CAFile != "" && err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.CAFile, err.Error()))
 	}
 	if c.qps <= 0 {
 		errs = append(errs, field.Invalid(startup.Flag("kube-api-qps"), c.qps, "must be positive"))

@@ -51,6 +51,7 @@ func TestParseConfig(t *testing.T) {
 		{Name: "no module resources", Args: nil, WantErr: []string{"--module-resources: Required value"}},
 		{Name: "bad module resource", Args: []string{"--module-resources", "samples"}, WantErr: []string{"--module-resources"}},
 		{Name: "selector without =", Args: with("--gateway-selector", "gateway"), WantErr: []string{`--gateway-selector: Invalid value: "gateway": not key=value`}},
+		{Name: "unusable CA file", Args: with("--identity", "san-pinning", "--ca-file", "/dev/null"), WantErr: []string{`--ca-file: Invalid value: "/dev/null": no PEM certificate in it`}},
 		{Name: "CA file without SAN pinning", Args: with("--ca-file", "ca.crt"), WantErr: []string{`--ca-file: Invalid value: "ca.crt": needs --identity=san-pinning`}},
 		{Name: "every problem at once", Args: with("--identity=bogus", "--workers=-5"), WantErr: []string{
 			`--identity: Unsupported value: "bogus": supported values: "header", "san-pinning"`,

@@ -50,6 +50,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
@@ -123,6 +124,8 @@ func (o *options) validate() field.ErrorList {
 	var errs field.ErrorList
 	if o.caFile != "" && o.identity != "san-pinning" {
 		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, "needs --identity=san-pinning"))
+	} else if _, err := filewatch.LoadCABundle(o.caFile, time.Now()); o.caFile != "" && err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, err.Error()))
 	}
 	return startup.Collect(errs,
 		startup.DNSLabel("manager", o.manager),

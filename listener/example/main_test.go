@@ -36,6 +36,7 @@ func TestParseOptions(t *testing.T) {
 		{Name: "certificate without key", Args: []string{"--tls-cert-file", "c"}, WantErr: []string{"--tls-cert-file: Required value: --tls-cert-file and --tls-key-file go together"}},
 		{Name: "key without certificate", Args: []string{"--tls-key-file", "k"}, WantErr: []string{"--tls-cert-file and --tls-key-file go together"}},
 		{Name: "print", Args: []string{"--print", "xml"}, WantErr: []string{`--print: Unsupported value: "xml"`}},
+		{Name: "unusable CA file", Args: []string{"--identity", "san-pinning", "--ca-file", "/dev/null"}, WantErr: []string{`--ca-file: Invalid value: "/dev/null": no PEM certificate in it`}},
 		{Name: "CA file without SAN pinning", Args: []string{"--ca-file", "ca.crt"}, WantErr: []string{`--ca-file: Invalid value: "ca.crt": needs --identity=san-pinning`}},
 		{Name: "every problem at once", Args: []string{"--manager", "Ops", "--kyma-namespace", "a.b", "--identity", "cn", "--tls-key-file", "k", "--print", "xml"},
 			WantErr: []string{`--manager: Invalid value: "Ops"`, `--kyma-namespace: Invalid value: "a.b"`, "--identity", "--tls-cert-file", "--print"}},
