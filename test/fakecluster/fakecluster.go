@@ -147,6 +147,7 @@ func WithIndex(obj client.Object, field string, fn client.IndexerFunc) Option {
 type Cluster struct {
 	client.WithWatch
 	scheme *runtime.Scheme
+	mapper *meta.DefaultRESTMapper
 
 	mu     sync.Mutex
 	faults []*fault
@@ -171,14 +172,20 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 	for _, o := range opts {
 		o(cfg)
 	}
-	mapper := meta.NewDefaultRESTMapper(nil)
+	// Default versions, for mappings of a kind without a version: the
+	// scheme's priority first, then the declared kinds'.
+	gvs := scheme.PrioritizedVersionsAllGroups()
+	for gvk := range cfg.kinds {
+		gvs = append(gvs, gvk.GroupVersion())
+	}
+	mapper := meta.NewDefaultRESTMapper(gvs)
 	for gvk := range scheme.AllKnownTypes() {
 		mapper.Add(gvk, scope(clusterScoped[gvk.GroupKind()]))
 	}
 	for gvk, cs := range cfg.kinds {
 		mapper.Add(gvk, scope(cs))
 	}
-	c := &Cluster{scheme: scheme}
+	c := &Cluster{scheme: scheme, mapper: mapper}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
 		WithStatusSubresource(withStatus(scheme)...).WithStatusSubresource(cfg.status...).
 		WithObjects(cfg.objs...).WithInterceptorFuncs(c.interceptor())
@@ -187,6 +194,12 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 	}
 	c.WithWatch = b.Build()
 	return c
+}
+
+// Serve makes the cluster serve a kind it did not (a CRD installed while
+// the test runs); not safe while other goroutines use the cluster.
+func (c *Cluster) Serve(gvk schema.GroupVersionKind, clusterScoped bool) {
+	c.mapper.Add(gvk, scope(clusterScoped))
 }
 
 func scope(clusterScoped bool) meta.RESTScope {
