@@ -44,6 +44,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 )
 
 // Verbs of Fail, Count and Write.
@@ -98,10 +100,11 @@ var clusterScoped = map[schema.GroupKind]bool{
 type Option func(*config)
 
 type config struct {
-	objs    []client.Object
-	kinds   map[schema.GroupVersionKind]bool
-	status  []client.Object
-	indexes []index
+	objs     []client.Object
+	kinds    map[schema.GroupVersionKind]bool
+	status   []client.Object
+	indexes  []index
+	indexers []func(context.Context, client.FieldIndexer) error
 }
 
 type index struct {
@@ -140,6 +143,21 @@ func WithStatus(objs ...client.Object) Option {
 // (client.MatchingFields on lists of obj's kind).
 func WithIndex(obj client.Object, field string, fn client.IndexerFunc) Option {
 	return func(c *config) { c.indexes = append(c.indexes, index{obj, field, fn}) }
+}
+
+// WithIndexer registers the field indexes register registers (the
+// product's own index functions, e.g. identity.IndexRuntimeID), as a
+// controller-runtime cache has them.
+func WithIndexer(register func(context.Context, client.FieldIndexer) error) Option {
+	return func(c *config) { c.indexers = append(c.indexers, register) }
+}
+
+// indexRecorder is a client.FieldIndexer that keeps what is registered.
+type indexRecorder struct{ indexes []index }
+
+func (r *indexRecorder) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	r.indexes = append(r.indexes, index{obj, field, fn})
+	return nil
 }
 
 // Cluster is one cluster in memory; its embedded client is what the code
@@ -185,11 +203,22 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 	for gvk, cs := range cfg.kinds {
 		mapper.Add(gvk, scope(cs))
 	}
+	if scheme.Recognizes(v1beta2.KymaGroupVersionKind) {
+		kyma := &unstructured.Unstructured{}
+		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+		cfg.status = append(cfg.status, kyma)
+	}
+	rec := &indexRecorder{}
+	for _, register := range cfg.indexers {
+		if err := register(context.Background(), rec); err != nil {
+			tb.Fatalf("fakecluster: index: %v", err)
+		}
+	}
 	c := &Cluster{scheme: scheme, mapper: mapper}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
 		WithStatusSubresource(withStatus(scheme)...).WithStatusSubresource(cfg.status...).
 		WithObjects(cfg.objs...).WithInterceptorFuncs(c.interceptor())
-	for _, ix := range cfg.indexes {
+	for _, ix := range append(cfg.indexes, rec.indexes...) {
 		b = b.WithIndex(ix.obj, ix.field, ix.fn)
 	}
 	c.WithWatch = b.Build()
