@@ -40,10 +40,15 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/applyconfigurations"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 )
@@ -215,7 +220,7 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 		}
 	}
 	c := &Cluster{scheme: scheme, mapper: mapper}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
+	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithTypeConverters(typeConverters()...).
 		WithStatusSubresource(withStatus(scheme)...).WithStatusSubresource(cfg.status...).
 		WithObjects(cfg.objs...).WithInterceptorFuncs(c.interceptor())
 	for _, ix := range append(cfg.indexes, rec.indexes...) {
@@ -229,6 +234,32 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 // the test runs); not safe while other goroutines use the cluster.
 func (c *Cluster) Serve(gvk schema.GroupVersionKind, clusterScoped bool) {
 	c.mapper.Add(gvk, scope(clusterScoped))
+}
+
+// typeConverters are the fake client's own (client-go's schema, then
+// types deduced from the object) with one repair: the fake client believes
+// NetworkPolicy has a status subresource (it had one in Kubernetes 1.24 to
+// 1.27) and adds "status": null to every apply of one, which client-go's
+// schema refuses; the deduced types then do not merge with the stored
+// object's ("expected objects with types from the same schema"). A null
+// status is dropped before the conversion.
+func typeConverters() []managedfields.TypeConverter {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	return []managedfields.TypeConverter{nullStatus{applyconfigurations.NewTypeConverter(s)}, managedfields.NewDeducedTypeConverter()}
+}
+
+type nullStatus struct{ managedfields.TypeConverter }
+
+func (c nullStatus) ObjectToTyped(obj runtime.Object, opts ...typed.ValidationOptions) (*typed.TypedValue, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if v, has := u.Object["status"]; has && v == nil {
+			u = u.DeepCopy()
+			delete(u.Object, "status")
+			obj = u
+		}
+	}
+	return c.TypeConverter.ObjectToTyped(obj, opts...)
 }
 
 func scope(clusterScoped bool) meta.RESTScope {
