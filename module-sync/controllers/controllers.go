@@ -47,6 +47,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/moduleconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/modulemanagers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/syncresources"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/watchers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
@@ -302,6 +303,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&modulemanagers.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 
