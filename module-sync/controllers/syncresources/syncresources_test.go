@@ -246,7 +246,7 @@ func TestReconcileCleanupFails(t *testing.T) {
 
 // TestReconcileWriterRefused: a SyncResource whose writer the grant does
 // not name reaches no runtime: every item Refused, the inventory kept
-// (removed items too), state Warning, no requeue (the grant watch brings
+// (removed items too), state Refused, no requeue (the grant watch brings
 // it back); a platform writer is applied without being named.
 func TestReconcileWriterRefused(t *testing.T) {
 	old := &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team-a", Name: "old"}
@@ -260,7 +260,7 @@ func TestReconcileWriterRefused(t *testing.T) {
 	}
 	got := s.get(t)
 	c := synced(t, got)
-	if got.Status.State != v1alpha1.StateWarning || c.Reason != "WriterNotGranted" || !strings.Contains(c.Message, `written by "mallory"`) {
+	if got.Status.State != v1alpha1.StateRefused || c.Reason != "WriterNotGranted" || !strings.Contains(c.Message, `written by "mallory"`) {
 		t.Errorf("status %s %+v", got.Status.State, c)
 	}
 	if len(got.Status.Items) != 2 || got.Status.Items[0].State != v1alpha1.ItemRefused || got.Status.Items[0].Object == nil ||
