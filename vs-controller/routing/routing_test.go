@@ -30,8 +30,9 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 var (
@@ -135,11 +136,11 @@ func (s *setup) events() []string {
 }
 
 func condition(w *v1beta2.Watcher) *metav1.Condition {
-	return meta.FindStatusCondition(w.Status.Conditions, routing.ConditionVirtualService)
+	return meta.FindStatusCondition(w.Status.Conditions, routeowner.ConditionVirtualService)
 }
 
 func vsReconciles(result string) float64 {
-	return testutil.ToFloat64(metrics.VirtualServiceReconciles.WithLabelValues(result))
+	return testutil.ToFloat64(vsmetrics.VirtualServiceReconciles.WithLabelValues(result))
 }
 
 // TestFakeRoute: a Watcher gets the finalizer and one VirtualService of its
@@ -158,7 +159,7 @@ func TestFakeRoute(t *testing.T) {
 		t.Error("no finalizer")
 	}
 	c := condition(w)
-	if w.Status.State != v1beta2.StateReady || c == nil || c.Status != metav1.ConditionTrue || c.Reason != routing.ReasonApplied ||
+	if w.Status.State != v1beta2.StateReady || c == nil || c.Status != metav1.ConditionTrue || c.Reason != routeowner.ReasonApplied ||
 		c.Message != "VirtualService routes /v2/lifecycle-manager/event through 2 Gateway(s)" || w.Status.ObservedGeneration != 1 {
 		t.Errorf("status %+v", w.Status)
 	}
@@ -179,7 +180,7 @@ func TestFakeRoute(t *testing.T) {
 	if ref := metav1.GetControllerOf(vs); ref == nil || ref.UID != w.UID || ref.Kind != "Watcher" {
 		t.Errorf("controller %+v", ref)
 	}
-	if evs := s.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+routing.ReasonApplied) {
+	if evs := s.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+routeowner.ReasonApplied) {
 		t.Errorf("events %q", evs)
 	}
 	if vsReconciles("applied")-applied != 1 {
@@ -309,7 +310,7 @@ func TestFakeRouteConflict(t *testing.T) {
 	conflicts := vsReconciles("route-conflict")
 	s.reconcile(t, "team-b", "young")
 	y := s.watcher(t, "team-b", "young")
-	if c := condition(y); y.Status.State != v1beta2.StateError || c.Reason != routing.ReasonRouteConflict ||
+	if c := condition(y); y.Status.State != v1beta2.StateError || c.Reason != routeowner.ReasonRouteConflict ||
 		!strings.Contains(c.Message, "owned by the older Watcher team-a/old") || !strings.Contains(c.Message, "istio-system/gw") {
 		t.Errorf("younger Watcher: %s %+v", y.Status.State, c)
 	}
@@ -321,7 +322,7 @@ func TestFakeRouteConflict(t *testing.T) {
 	}
 
 	// Who holds a route comes from the VirtualServices.
-	holders, err := routing.RouteHolders(ctx, s.kcp)
+	holders, err := routeowner.RouteHolders(ctx, s.kcp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,19 +331,19 @@ func TestFakeRouteConflict(t *testing.T) {
 	}
 	list := []v1beta2.Watcher{*s.watcher(t, "team-a", "old"), *s.watcher(t, "team-b", "young")}
 	// A forged status claims the route for the young one.
-	meta.SetStatusCondition(&list[1].Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: "Forged", ObservedGeneration: 1})
-	trusted := routing.TrustRoutes(list, holders)
-	if !routing.HoldsRoute(&trusted[0]) || routing.HoldsRoute(&trusted[1]) {
+	meta.SetStatusCondition(&list[1].Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: "Forged", ObservedGeneration: 1})
+	trusted := routeowner.TrustRoutes(list, holders)
+	if !routeowner.HoldsRoute(&trusted[0]) || routeowner.HoldsRoute(&trusted[1]) {
 		t.Error("TrustRoutes: want old holding and young not, whatever the status says")
 	}
-	if !routing.HoldsRoute(&list[1]) {
+	if !routeowner.HoldsRoute(&list[1]) {
 		t.Error("TrustRoutes modified its input")
 	}
-	if !routing.Older(old, young) || routing.Older(young, old) {
+	if !routeowner.Older(old, young) || routeowner.Older(young, old) {
 		t.Error("Older")
 	}
 	same := watcher("team-a", "b", "m", 0)
-	if !routing.Older(same, old) || routing.Older(old, same) {
+	if !routeowner.Older(same, old) || routeowner.Older(old, same) {
 		t.Error("Older: same time, by namespace/name")
 	}
 
@@ -465,9 +466,9 @@ func TestFakeWatches(t *testing.T) {
 
 	p := routing.RouteConditionChanged()
 	ready := a.DeepCopy()
-	meta.SetStatusCondition(&ready.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: routing.ReasonApplied})
+	meta.SetStatusCondition(&ready.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: routeowner.ReasonApplied})
 	forged := ready.DeepCopy()
-	meta.SetStatusCondition(&forged.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionFalse, Reason: "Forged"})
+	meta.SetStatusCondition(&forged.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionFalse, Reason: "Forged"})
 	other := ready.DeepCopy()
 	meta.SetStatusCondition(&other.Status.Conditions, metav1.Condition{Type: "Other", Status: metav1.ConditionTrue, Reason: "X"})
 	for _, tc := range []struct {

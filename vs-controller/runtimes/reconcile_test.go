@@ -40,11 +40,11 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 const kymaNS = "kcp-system"
@@ -99,7 +99,7 @@ func newSetup(t *testing.T, kcpObjs ...client.Object) *setup {
 	}
 	s.issued = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: certificates.Name("runtime-a"),
 		Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
-		Data: map[string][]byte{bundle.KeyCA: ca.PEM, bundle.KeyCert: leaf.CertPEM, bundle.KeyKey: leaf.KeyPEM}}
+		Data: map[string][]byte{certificates.KeyCA: ca.PEM, certificates.KeyCert: leaf.CertPEM, certificates.KeyKey: leaf.KeyPEM}}
 	return s
 }
 
@@ -134,7 +134,7 @@ func (s *setup) kyma(t *testing.T) *metav1.PartialObjectMetadata {
 }
 
 func outcomes(result string) float64 {
-	return testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues(result))
+	return testutil.ToFloat64(vsmetrics.RuntimeReconciles.WithLabelValues(result))
 }
 
 func hasEvent(evs []string, prefix string) bool {
@@ -192,14 +192,14 @@ func TestFakeRuntimeBundle(t *testing.T) {
 	if err := s.skr.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, sec); err != nil {
 		t.Fatal(err)
 	}
-	if string(sec.Data[bundle.KeyCert]) != string(s.issued.Data[bundle.KeyCert]) || string(sec.Data[bundle.KeyCA]) != string(s.issued.Data[bundle.KeyCA]) {
+	if string(sec.Data[certificates.KeyCert]) != string(s.issued.Data[certificates.KeyCert]) || string(sec.Data[certificates.KeyCA]) != string(s.issued.Data[certificates.KeyCA]) {
 		t.Error("the runtime's Secret does not hold the issued certificate")
 	}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := s.skr.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc); err != nil {
 		t.Fatal(err)
 	}
-	if len(vwc.Webhooks) != 1 || vwc.Webhooks[0].Name != w.WebhookName() || string(vwc.Webhooks[0].ClientConfig.CABundle) != string(s.issued.Data[bundle.KeyCA]) {
+	if len(vwc.Webhooks) != 1 || vwc.Webhooks[0].Name != w.WebhookName() || string(vwc.Webhooks[0].ClientConfig.CABundle) != string(s.issued.Data[certificates.KeyCA]) {
 		t.Errorf("webhooks %+v", vwc.Webhooks)
 	}
 	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
@@ -292,11 +292,11 @@ func TestFakeUnlabelledKubeconfig(t *testing.T) {
 	}
 	api := fakecluster.New(t, kcpScheme(), fakecluster.WithObjects(fakecluster.KubeconfigSecret(kymaNS, "runtime-a", false)))
 	s.r.APIReader = api
-	reads := testutil.ToFloat64(metrics.KubeconfigUncachedReads)
+	reads := testutil.ToFloat64(vsmetrics.KubeconfigUncachedReads)
 	for range 2 {
 		s.reconcile(t)
 	}
-	if got := testutil.ToFloat64(metrics.KubeconfigUncachedReads) - reads; got != 2 {
+	if got := testutil.ToFloat64(vsmetrics.KubeconfigUncachedReads) - reads; got != 2 {
 		t.Errorf("%v uncached reads, want 2", got)
 	}
 	if !controllerutil.ContainsFinalizer(s.kyma(t), Finalizer) {
@@ -326,7 +326,7 @@ func TestFakeRuntimeRemoval(t *testing.T) {
 	if err := s.skr.Get(ctx, pdbKey, svc); err != nil {
 		t.Fatal(err)
 	}
-	delete(svc.Annotations, apply.HashAnnotation)
+	delete(svc.Annotations, diffapply.HashAnnotation)
 	if err := s.skr.Update(ctx, svc); err != nil {
 		t.Fatal(err)
 	}

@@ -34,9 +34,10 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 var bg = context.Background()
@@ -73,7 +74,7 @@ type skrBundle struct {
 	forgotten []string
 }
 
-func (b *skrBundle) Desired(_ context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
+func (b *skrBundle) Desired(_ context.Context, tls *certificates.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
 	var c bundle.WebhookConfigurations
 	vwc, err := c.Desired(b.o, nil, caBundle)
 	if err != nil {
@@ -85,7 +86,7 @@ func (b *skrBundle) Desired(_ context.Context, tls *bundle.TLS, caBundle []byte)
 func (b *skrBundle) Apply(ctx context.Context, _ string, skr client.Client, objs []*unstructured.Unstructured) (int, error) {
 	n := 0
 	for _, o := range objs {
-		if _, err := apply.Apply(ctx, skr, apply.FieldOwner, o); err != nil {
+		if _, err := diffapply.Apply(ctx, skr, diffapply.FieldOwner, o); err != nil {
 			return n, err
 		}
 		n++
@@ -101,7 +102,7 @@ type adoption struct {
 	r        *TakeOver
 	sb       *skrBundle
 	kyma     *metav1.PartialObjectMetadata
-	tls      *bundle.TLS
+	tls      *certificates.TLS
 	ready    map[string]bool // Deployment name -> ready
 }
 
@@ -128,9 +129,9 @@ func newAdoption(t *testing.T) *adoption {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.tls = &bundle.TLS{CA: ca.PEM, Cert: leaf.CertPEM, Key: leaf.KeyPEM}
+	a.tls = &certificates.TLS{CA: ca.PEM, Cert: leaf.CertPEM, Key: leaf.KeyPEM}
 	a.r = &TakeOver{Client: a.kcp, Recorder: a.rec, SKR: a.sb, Resync: time.Hour, Options: Options{Poll: time.Second,
-		Ready: func(_ context.Context, _ client.Client, d client.ObjectKey, _ *bundle.TLS) (bool, error) {
+		Ready: func(_ context.Context, _ client.Client, d client.ObjectKey, _ *certificates.TLS) (bool, error) {
 			return a.ready[d.Name], nil
 		}}}
 	return a
@@ -172,7 +173,7 @@ func (a *adoption) exists(t *testing.T, obj client.Object, ns, name string) bool
 }
 
 func adoptions(result string) float64 {
-	return testutil.ToFloat64(metrics.Adoptions.WithLabelValues(result))
+	return testutil.ToFloat64(vsmetrics.Adoptions.WithLabelValues(result))
 }
 
 // TestFakeTakeOver walks a runtime through the take-over: LM active (wait,
@@ -196,7 +197,7 @@ func TestFakeTakeOver(t *testing.T) {
 	if evs := a.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+ReasonLMActive) {
 		t.Errorf("LM active: events %q", evs)
 	}
-	if adoptions("lm-active")-active != 1 || testutil.ToFloat64(metrics.RuntimeOnLMCertificate.WithLabelValues("runtime-a", "kyma-a")) != 1 {
+	if adoptions("lm-active")-active != 1 || testutil.ToFloat64(vsmetrics.RuntimeOnLMCertificate.WithLabelValues("runtime-a", "kyma-a")) != 1 {
 		t.Error("LM active: not counted, or the runtime not reported on LM's certificate")
 	}
 	if a.exists(t, &appsv1.Deployment{}, ns, bundle.TakeoverName) {
@@ -234,7 +235,7 @@ func TestFakeTakeOver(t *testing.T) {
 		t.Errorf("switched: condition %+v", c)
 	}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if !a.exists(t, vwc, "", bundle.Name) || bundle.IsLifecycleManagers(vwc) || vwc.Annotations[apply.HashAnnotation] == "" {
+	if !a.exists(t, vwc, "", bundle.Name) || bundle.IsLifecycleManagers(vwc) || vwc.Annotations[diffapply.HashAnnotation] == "" {
 		t.Errorf("webhook configuration not ours: labels %v, annotations %v", vwc.Labels, vwc.Annotations)
 	}
 	for _, e := range vwc.ManagedFields {
@@ -259,7 +260,7 @@ func TestFakeTakeOver(t *testing.T) {
 			t.Errorf("LM's %T %s stayed", gone.obj, gone.name)
 		}
 	}
-	if testutil.CollectAndCount(metrics.RuntimeOnLMCertificate) != 0 {
+	if testutil.CollectAndCount(vsmetrics.RuntimeOnLMCertificate) != 0 {
 		t.Error("the runtime is still reported on LM's certificate")
 	}
 	if evs := a.events(); !slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, "Normal "+ReasonAdopted) }) {
