@@ -321,32 +321,6 @@ func TestFakeRouteConflict(t *testing.T) {
 		t.Error("not counted as a route conflict")
 	}
 
-	// Who holds a route comes from the VirtualServices.
-	holders, err := routeowner.RouteHolders(ctx, s.kcp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !holders[old.UID] || holders[young.UID] || len(holders) != 2 {
-		t.Errorf("route holders %v", holders)
-	}
-	list := []v1beta2.Watcher{*s.watcher(t, "team-a", "old"), *s.watcher(t, "team-b", "young")}
-	// A forged status claims the route for the young one.
-	meta.SetStatusCondition(&list[1].Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: "Forged", ObservedGeneration: 1})
-	trusted := routeowner.TrustRoutes(list, holders)
-	if !routeowner.HoldsRoute(&trusted[0]) || routeowner.HoldsRoute(&trusted[1]) {
-		t.Error("TrustRoutes: want old holding and young not, whatever the status says")
-	}
-	if !routeowner.HoldsRoute(&list[1]) {
-		t.Error("TrustRoutes modified its input")
-	}
-	if !routeowner.Older(old, young) || routeowner.Older(young, old) {
-		t.Error("Older")
-	}
-	same := watcher("team-a", "b", "m", 0)
-	if !routeowner.Older(same, old) || routeowner.Older(old, same) {
-		t.Error("Older: same time, by namespace/name")
-	}
-
 	// The owner goes: its VirtualService first, then the finalizer.
 	o := s.watcher(t, "team-a", "old")
 	if err := s.kcp.Delete(ctx, o); err != nil {
