@@ -148,7 +148,7 @@ func TestFakeRendererEnsure(t *testing.T) {
 		t.Errorf("cluster rules %+v after Gadget is served: want ClusterRoles and Gadgets", cl.Rules)
 	}
 	// Now complete and unchanged: nothing is sent.
-	c.ResetWrites()
+	c.Reset()
 	if err := r.Ensure(ctx, c, "rt", g); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestFakeRendererEnsure(t *testing.T) {
 
 	// Forget: the same grant is written again.
 	r.Forget("rt")
-	c.ResetWrites()
+	c.Reset()
 	if err := r.Ensure(ctx, c, "rt", g2); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestFakeRendererFailures(t *testing.T) {
 		if err := r.Ensure(ctx, c, "rt", g); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s refused: %v, want %q", tc.verb, tc.kind, err, tc.want)
 		}
-		c.ResetWrites()
+		c.Reset()
 		if err := r.Ensure(ctx, c, "rt", g); err != nil {
 			t.Errorf("%s %s: the retry failed: %v", tc.verb, tc.kind, err)
 		}

@@ -163,7 +163,7 @@ func TestFakeMirrorLifecycle(t *testing.T) {
 		t.Errorf("the module name is the configured one: %+v", mc.Spec)
 	}
 
-	kcp.ResetWrites()
+	kcp.Reset()
 	if res := sync(t, m, skr); res != (mirror.Result{Unchanged: 2}) {
 		t.Errorf("second pass: %+v, want 2 unchanged", res)
 	}

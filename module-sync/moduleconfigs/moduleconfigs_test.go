@@ -140,7 +140,7 @@ func TestReconcileMirrors(t *testing.T) {
 	}
 
 	unchanged := passes("unchanged")
-	s.kcp.ResetWrites()
+	s.kcp.Reset()
 	s.reconcile(t)
 	if got := passes("unchanged") - unchanged; got != 1 || len(s.kcp.Writes()) != 0 {
 		t.Errorf("second pass: %v unchanged passes, writes %v", got, s.kcp.Writes())

@@ -183,7 +183,7 @@ func TestReconcileApplies(t *testing.T) {
 		t.Errorf("runtime clients %q: want the module's user and the probe user", asked)
 	}
 
-	s.kcp.ResetWrites()
+	s.kcp.Reset()
 	s.reconcile(t)
 	if w := s.kcp.Writes(); len(w) != 0 {
 		t.Errorf("a drift pass with nothing new wrote %v to the KCP", w)

@@ -13,17 +13,20 @@
 //   - the status subresource for every kind of the scheme that has a
 //     status, and for the kinds named by WithStatus (the Kyma, which the
 //     project reads unstructured);
-//   - server-side apply (the fake client's field-managed tracker);
+//   - server-side apply (the fake client's field-managed tracker), with
+//     managed fields returned as the API server returns them;
 //   - faults: Fail makes calls of a verb on a kind (and name) fail with an
 //     error — a conflict, a refusal, an unreachable runtime — once, n
 //     times or always;
-//   - a record of every write (Writes, Count), so a test can say "this
-//     pass wrote nothing".
+//   - a record of every write (Writes, Count) and a count of reads
+//     (Reads), so a test can say "this pass wrote nothing" or "read each
+//     object once".
 //
 // What it does not do (the integration tier, against real API servers,
 // covers these): admission, defaulting and validation, garbage collection,
 // field selectors beyond the indexes a test registers, List pagination, UID
-// preconditions.
+// preconditions, managed fields sent with an Update (the fake client keeps
+// the stored object's).
 package fakecluster
 
 import (
@@ -175,6 +178,7 @@ type Cluster struct {
 	mu     sync.Mutex
 	faults []*fault
 	writes []Write
+	reads  map[string]int // kind -> Gets answered
 }
 
 // Write is one write the cluster accepted.
@@ -220,7 +224,7 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 		}
 	}
 	c := &Cluster{scheme: scheme, mapper: mapper}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithTypeConverters(typeConverters()...).
+	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithTypeConverters(typeConverters()...).WithReturnManagedFields().
 		WithStatusSubresource(withStatus(scheme)...).WithStatusSubresource(cfg.status...).
 		WithObjects(cfg.objs...).WithInterceptorFuncs(c.interceptor())
 	for _, ix := range append(cfg.indexes, rec.indexes...) {
@@ -343,11 +347,18 @@ func (c *Cluster) Count(verb, kind string) int {
 	return n
 }
 
-// ResetWrites forgets the writes recorded so far.
-func (c *Cluster) ResetWrites() {
+// Reads is the number of Gets of kind the cluster answered.
+func (c *Cluster) Reads(kind string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.writes = nil
+	return c.reads[kind]
+}
+
+// Reset forgets the writes and reads recorded so far.
+func (c *Cluster) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes, c.reads = nil, nil
 }
 
 // Conflict is the API server's answer to a write with a stale
@@ -412,6 +423,13 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			if err := c.check(Get, obj, key.Name); err != nil {
 				return err
 			}
+			kind := c.kindOf(obj)
+			c.mu.Lock()
+			if c.reads == nil {
+				c.reads = map[string]int{}
+			}
+			c.reads[kind]++
+			c.mu.Unlock()
 			return cl.Get(ctx, key, obj, opts...)
 		},
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {

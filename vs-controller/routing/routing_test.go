@@ -187,7 +187,7 @@ func TestFakeRoute(t *testing.T) {
 		t.Error("not counted as applied")
 	}
 
-	s.kcp.ResetWrites()
+	s.kcp.Reset()
 	unchanged := vsReconciles("unchanged")
 	s.reconcile(t, "kcp-system", "w")
 	if w := s.kcp.Writes(); len(w) != 0 {

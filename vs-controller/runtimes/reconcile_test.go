@@ -208,12 +208,17 @@ func TestFakeRuntimeBundle(t *testing.T) {
 		}
 	}
 
-	s.kcp.ResetWrites()
-	s.skr.ResetWrites()
+	s.kcp.Reset()
+	s.skr.Reset()
 	unchanged := outcomes("unchanged")
 	s.reconcile(t)
 	if w := append(s.kcp.Writes(), s.skr.Writes()...); len(w) != 0 {
 		t.Errorf("a pass with nothing new wrote %v", w)
+	}
+	// Each object known up to date at its resourceVersion costs one
+	// metadata read, not a second, full one.
+	if n := s.skr.Reads("Deployment"); n != 1 {
+		t.Errorf("%d reads of the Deployment in a pass with nothing new, want 1", n)
 	}
 	if outcomes("unchanged")-unchanged != 1 {
 		t.Error("not counted as unchanged")

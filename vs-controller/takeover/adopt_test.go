@@ -6,6 +6,7 @@ package takeover
 // and test/e2e run it against real API servers.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -179,7 +180,7 @@ func adoptions(result string) float64 {
 // TestFakeTakeOver walks a runtime through the take-over: LM active (wait,
 // condition WaitingForLifecycleManager), LM stopped (our webhook beside
 // LM's, wait for it), switch (our CA trusted by LM's webhooks, Service and
-// webhook configuration turned ours without LM's field ownership, LM's
+// webhook configuration turned ours, LM's
 // other objects deleted), then Finish (the take-over objects go once our
 // Deployment is ready) and a clean runtime that costs no reads.
 func TestFakeTakeOver(t *testing.T) {
@@ -224,6 +225,21 @@ func TestFakeTakeOver(t *testing.T) {
 	}
 
 	a.ready[bundle.TakeoverName] = true
+	// The switch stopped after its first step (the Service refused): LM's
+	// webhooks trust our CA beside LM's, so both webhooks serve.
+	a.skr.Fail(fakecluster.Update, "Service", bundle.Name, apierrors.NewInternalError(errors.New("etcd")), 1)
+	if _, _, err := a.r.Adopt(bg, a.kyma, "kcp-system/kyma-a", a.skr, a.tls, a.tls.CA); !apierrors.IsInternalError(err) {
+		t.Fatalf("Service refused: %v", err)
+	}
+	lmVWC := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if !a.exists(t, lmVWC, "", bundle.Name) || !bundle.IsLifecycleManagers(lmVWC) || len(lmVWC.Webhooks) == 0 {
+		t.Fatal("LM's webhook configuration is gone before the switch")
+	}
+	for _, w := range lmVWC.Webhooks {
+		if !bytes.Contains(w.ClientConfig.CABundle, bytes.TrimSpace(a.tls.CA)) || bytes.Equal(bytes.TrimSpace(w.ClientConfig.CABundle), bytes.TrimSpace(a.tls.CA)) {
+			t.Errorf("LM's webhook %s: CA bundle does not hold LM's CA and ours", w.Name)
+		}
+	}
 	switched := adoptions("switched")
 	if proceed, _ := a.adopt(t); !proceed {
 		t.Fatal("webhook ready: the switch did not proceed")
@@ -238,11 +254,9 @@ func TestFakeTakeOver(t *testing.T) {
 	if !a.exists(t, vwc, "", bundle.Name) || bundle.IsLifecycleManagers(vwc) || vwc.Annotations[diffapply.HashAnnotation] == "" {
 		t.Errorf("webhook configuration not ours: labels %v, annotations %v", vwc.Labels, vwc.Annotations)
 	}
-	for _, e := range vwc.ManagedFields {
-		if e.Manager == LMFieldManager {
-			t.Errorf("LM still owns fields of the webhook configuration: %+v", e)
-		}
-	}
+	// LM's field ownership dropped by the Update: the fake client keeps
+	// its own managed fields on Update (test/fakecluster), so
+	// vs-controller/integration checks that.
 	svc := &corev1.Service{}
 	ours, err := bundle.Service(bundle.Options{})
 	if err != nil {
@@ -325,11 +339,20 @@ func TestFakeTakeOverFailures(t *testing.T) {
 	}
 
 	clean := fakecluster.New(t, bundle.Scheme())
+	clean.Fail(fakecluster.Get, "ValidatingWebhookConfiguration", "", fakecluster.ErrUnreachable, 1)
+	if proceed, _, err := a.r.Adopt(bg, a.kyma, "kcp-system/kyma-b", clean, a.tls, a.tls.CA); proceed || !errors.Is(err, fakecluster.ErrUnreachable) {
+		t.Errorf("unreachable: proceed %t, %v", proceed, err)
+	}
 	if proceed, _, err := a.r.Adopt(bg, a.kyma, "kcp-system/kyma-b", clean, a.tls, a.tls.CA); !proceed || err != nil {
 		t.Errorf("no LM objects: proceed %t, %v", proceed, err)
 	}
-	clean.Fail(fakecluster.Get, "ValidatingWebhookConfiguration", "", fakecluster.ErrUnreachable, 1)
-	if proceed, _, err := a.r.Adopt(bg, a.kyma, "kcp-system/kyma-c", clean, a.tls, a.tls.CA); proceed || !errors.Is(err, fakecluster.ErrUnreachable) {
-		t.Errorf("unreachable: proceed %t, %v", proceed, err)
+	// After a bundle pass without take-over objects the runtime is clean:
+	// no more reads for LM's objects.
+	if _, err := a.r.Finish(bg, a.kyma, "kcp-system/kyma-b", clean, a.tls); err != nil {
+		t.Fatal(err)
+	}
+	clean.Fail(fakecluster.Get, "ValidatingWebhookConfiguration", "", fakecluster.ErrUnreachable, -1)
+	if proceed, _, err := a.r.Adopt(bg, a.kyma, "kcp-system/kyma-b", clean, a.tls, a.tls.CA); !proceed || err != nil {
+		t.Errorf("clean runtime: proceed %t, %v; want no reads", proceed, err)
 	}
 }
