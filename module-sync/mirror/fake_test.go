@@ -179,18 +179,27 @@ func TestFakeMirrorLifecycle(t *testing.T) {
 		t.Errorf("spec after the change %v", got)
 	}
 
-	// A hand edit of a ModuleConfig's labels is put back.
+	// A hand edit of a ModuleConfig's labels or owner is put back.
 	mc = getMC(t, kcp, "serverless")
 	mc.Labels[mirror.LabelModuleName] = "serverless" // kept: the module is found by it
 	delete(mc.Labels, contract.LabelRuntimeID)
+	mc.OwnerReferences[0].UID = "uid-someone-else"
 	if err := kcp.Update(ctx, mc); err != nil {
 		t.Fatal(err)
 	}
 	if res := sync(t, m, skr); res.Updated != 1 {
 		t.Errorf("after a label edit: %+v, want 1 updated", res)
 	}
-	if mc := getMC(t, kcp, "serverless"); mc.Labels[contract.LabelRuntimeID] != fakeKyma.RuntimeID {
-		t.Errorf("label not put back: %v", mc.Labels)
+	if mc := getMC(t, kcp, "serverless"); mc.Labels[contract.LabelRuntimeID] != fakeKyma.RuntimeID || mc.OwnerReferences[0].UID != fakeKyma.UID {
+		t.Errorf("label or owner not put back: %v, %+v", mc.Labels, mc.OwnerReferences)
+	}
+	mc = getMC(t, kcp, "serverless")
+	mc.OwnerReferences[0].UID = "uid-someone-else"
+	if err := kcp.Update(ctx, mc); err != nil {
+		t.Fatal(err)
+	}
+	if res := sync(t, m, skr); res.Updated != 1 || getMC(t, kcp, "serverless").OwnerReferences[0].UID != fakeKyma.UID {
+		t.Errorf("after an owner edit: %+v, want the owner put back", res)
 	}
 
 	// A second, younger Serverless: the oldest stays mirrored, Warning.

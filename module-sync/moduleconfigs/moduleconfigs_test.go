@@ -247,7 +247,7 @@ func TestReconcileFailures(t *testing.T) {
 func TestEnqueueRuntime(t *testing.T) {
 	s := newSetup(t, fakecluster.Kyma(ns, "kyma-b", "", ""))
 	h := enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, time.Hour)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	q := &recordingQueue{TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())}
 	defer q.ShutDown()
 	ev := func(runtimeID string) event.GenericEvent {
 		return event.GenericEvent{Object: &unstructured.Unstructured{Object: map[string]any{listener.KeyRuntimeID: runtimeID}}}
@@ -261,10 +261,14 @@ func TestEnqueueRuntime(t *testing.T) {
 	}
 	if got, _ := q.Get(); got != kymaA {
 		t.Errorf("queued %v, want %v", got, kymaA)
+	} else {
+		q.Done(got)
 	}
 	h.Generic(ctx, ev("kyma-b"), q) // no label: the name
 	if got, _ := q.Get(); got.Name != "kyma-b" {
 		t.Errorf("queued %v, want kyma-b", got)
+	} else {
+		q.Done(got)
 	}
 	h.Generic(ctx, ev("nobody"), q)
 	h.Generic(ctx, event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}, q)
@@ -276,4 +280,25 @@ func TestEnqueueRuntime(t *testing.T) {
 	if e, u, f := count("enqueued")-enqueued, count("unknown-runtime")-unknown, count("lookup-failed")-failed; e != 2 || u != 1 || f != 1 {
 		t.Errorf("events counted: %v enqueued, %v unknown, %v lookup-failed; want 2, 1, 1", e, u, f)
 	}
+	if len(q.after) != 2 || q.after[0] != time.Hour || q.after[1] != time.Hour {
+		t.Errorf("confirm passes after %v, want one an hour later for each enqueued event", q.after)
+	}
+
+	s.kcp.Heal()
+	q.after = nil
+	enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, 0).Generic(ctx, ev("runtime-a"), q)
+	if q.Len() != 1 || len(q.after) != 0 {
+		t.Errorf("without a confirm delay: %d queued, later %v; want one now and none later", q.Len(), q.after)
+	}
+}
+
+// recordingQueue records the delays of AddAfter.
+type recordingQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	after []time.Duration
+}
+
+func (q *recordingQueue) AddAfter(r reconcile.Request, d time.Duration) {
+	q.after = append(q.after, d)
+	q.TypedRateLimitingInterface.AddAfter(r, d)
 }

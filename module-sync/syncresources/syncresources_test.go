@@ -274,6 +274,23 @@ func TestReconcileWriterRefused(t *testing.T) {
 		t.Errorf("a refused writer reached the runtime: %q", s.runtimes.Asked())
 	}
 
+	// An empty platform writer names nobody: a SyncResource without a
+	// writer stays refused.
+	anonymous := s.get(t)
+	delete(anonymous.Annotations, v1alpha1.AnnotationWrittenBy)
+	if err := s.kcp.Update(ctx, anonymous); err != nil {
+		t.Fatal(err)
+	}
+	s.r.PlatformWriters = []string{""}
+	s.reconcile(t)
+	if got := s.get(t); got.Status.State != v1alpha1.StateRefused || !strings.Contains(synced(t, got).Message, "written by nobody") {
+		t.Errorf("no writer, an empty platform writer: %s %+v", got.Status.State, synced(t, got))
+	}
+	anonymous = s.get(t)
+	anonymous.Annotations = map[string]string{v1alpha1.AnnotationWrittenBy: "mallory"}
+	if err := s.kcp.Update(ctx, anonymous); err != nil {
+		t.Fatal(err)
+	}
 	s.r.PlatformWriters = []string{"mallory"}
 	s.reconcile(t)
 	if got := s.get(t); got.Status.State != v1alpha1.StateReady || s.configMap(t, "cm") == nil {
