@@ -16,14 +16,12 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
@@ -31,34 +29,15 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
-// built is what New gave the manager.
-type built struct {
-	opts  manager.Options
-	cache cache.Options
-}
-
-// fakeManagers makes New build its managers over a fake cluster and
-// records their options.
-func fakeManagers(t *testing.T) *built {
+// fakeManagers makes New build its managers over a fake cluster.
+func fakeManagers(t *testing.T) *fakecluster.Managers {
 	t.Helper()
-	b := &built{}
 	s := Scheme()
 	fakecluster.AddKyma(s)
-	kcp := fakecluster.New(t, s)
-	synced := true
-	newManager = func(cfg *rest.Config, o manager.Options) (manager.Manager, error) {
-		b.opts = o
-		o.Metrics.BindAddress, o.HealthProbeBindAddress = "0", "0"
-		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return kcp.RESTMapper(), nil }
-		o.NewClient = func(*rest.Config, client.Options) (client.Client, error) { return kcp, nil }
-		o.NewCache = func(_ *rest.Config, co cache.Options) (cache.Cache, error) {
-			b.cache = co
-			return &informertest.FakeInformers{Scheme: co.Scheme, Synced: &synced}, nil
-		}
-		return ctrl.NewManager(cfg, o)
-	}
+	m := &fakecluster.Managers{Cluster: fakecluster.New(t, s), Synced: true}
+	newManager = m.New
 	t.Cleanup(func() { newManager = ctrl.NewManager })
-	return b
+	return m
 }
 
 func byObject(t *testing.T, co cache.Options, obj client.Object) cache.ByObject {
@@ -86,10 +65,10 @@ func TestNewManager(t *testing.T) {
 	if mgr == nil {
 		t.Fatal("no manager")
 	}
-	if b.opts.LeaderElectionNamespace != runtimes.DefaultKymaNamespace || b.opts.LeaderElectionID != "vs-controller.operator.kyma-project.io" {
-		t.Errorf("leader election %q in %q", b.opts.LeaderElectionID, b.opts.LeaderElectionNamespace)
+	if b.Options.LeaderElectionNamespace != runtimes.DefaultKymaNamespace || b.Options.LeaderElectionID != "vs-controller.operator.kyma-project.io" {
+		t.Errorf("leader election %q in %q", b.Options.LeaderElectionID, b.Options.LeaderElectionNamespace)
 	}
-	secrets := byObject(t, b.cache, &corev1.Secret{})
+	secrets := byObject(t, b.Cache, &corev1.Secret{})
 	if _, ok := secrets.Namespaces[runtimes.DefaultKymaNamespace]; !ok || len(secrets.Namespaces) != 1 {
 		t.Errorf("Secrets cached in %v, want the Kyma namespace only", secrets.Namespaces)
 	}
@@ -97,11 +76,11 @@ func TestNewManager(t *testing.T) {
 	if secrets.Label == nil || !secrets.Label.Matches(ours) || secrets.Label.Matches(labels.Set{}) {
 		t.Errorf("Secrets cached by %v, want part-of=runtime-watcher only", secrets.Label)
 	}
-	gws := byObject(t, b.cache, &istionetworkingv1.Gateway{})
+	gws := byObject(t, b.Cache, &istionetworkingv1.Gateway{})
 	if _, ok := gws.Namespaces["istio-system"]; !ok || len(gws.Namespaces) != 1 {
 		t.Errorf("Gateways cached in %v, want istio-system", gws.Namespaces)
 	}
-	kymas := byObject(t, b.cache, runtimes.NewKyma())
+	kymas := byObject(t, b.Cache, runtimes.NewKyma())
 	if _, ok := kymas.Namespaces[runtimes.DefaultKymaNamespace]; !ok || len(kymas.Namespaces) != 1 {
 		t.Errorf("Kymas cached in %v", kymas.Namespaces)
 	}
@@ -113,10 +92,10 @@ func TestNewManager(t *testing.T) {
 		Trust: trust.Options{CASecret: client.ObjectKey{Namespace: "istio-system", Name: "ca"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := byObject(t, b.cache, &istionetworkingv1.Gateway{}).Namespaces["gw"]; !ok || b.opts.LeaderElectionNamespace != "le" {
-		t.Errorf("gateway namespace %v, leader election in %q", byObject(t, b.cache, &istionetworkingv1.Gateway{}).Namespaces, b.opts.LeaderElectionNamespace)
+	if _, ok := byObject(t, b.Cache, &istionetworkingv1.Gateway{}).Namespaces["gw"]; !ok || b.Options.LeaderElectionNamespace != "le" {
+		t.Errorf("gateway namespace %v, leader election in %q", byObject(t, b.Cache, &istionetworkingv1.Gateway{}).Namespaces, b.Options.LeaderElectionNamespace)
 	}
-	if _, ok := byObject(t, b.cache, &corev1.Secret{}).Namespaces["kymas"]; !ok {
+	if _, ok := byObject(t, b.Cache, &corev1.Secret{}).Namespaces["kymas"]; !ok {
 		t.Error("Secrets not cached in the Kyma namespace kymas")
 	}
 }
@@ -127,7 +106,7 @@ func TestNewRefuses(t *testing.T) {
 	if _, err := New(context.Background(), &rest.Config{}, Options{}); err == nil || !strings.Contains(err.Error(), "issuer") {
 		t.Errorf("no issuer: %v", err)
 	}
-	if b.opts.Scheme != nil {
+	if b.Options.Scheme != nil { // New was not called
 		t.Error("a manager was built without an issuer")
 	}
 	if _, err := New(context.Background(), &rest.Config{}, Options{Issuer: cmmeta.IssuerReference{Name: "ca"}, SkipNameValidation: true,
