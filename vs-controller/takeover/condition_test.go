@@ -36,6 +36,29 @@ func kymaConditions(t *testing.T, c client.Client, key client.ObjectKey) []metav
 	return out
 }
 
+// backdate sets the lastTransitionTime of the Kyma's take-over condition
+// an hour back.
+func backdate(t *testing.T, c client.Client, key client.ObjectKey) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	if err := c.Get(context.Background(), key, u); err != nil {
+		t.Fatal(err)
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, v := range conds {
+		if m := v.(map[string]any); m["type"] == ConditionTakeOver {
+			m["lastTransitionTime"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		}
+	}
+	if err := unstructured.SetNestedSlice(u.Object, conds, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().Update(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSetTakeOverCondition(t *testing.T) {
 	kyma := &unstructured.Unstructured{}
 	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
@@ -74,9 +97,12 @@ func TestSetTakeOverCondition(t *testing.T) {
 	}
 
 	r := &TakeOver{Client: c}
-	waiting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1)
+	step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1)
 	step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1) // remembered: no read, no write
-	time.Sleep(1100 * time.Millisecond)                                               // lastTransitionTime has seconds
+	// The condition as an hour old (lastTransitionTime has seconds: a
+	// change within the same second would look unchanged).
+	backdate(t, c, key)
+	waiting := *meta.FindStatusCondition(kymaConditions(t, c, key), ConditionTakeOver)
 	adopting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonAdopting, "a"), 2)
 	if !adopting.LastTransitionTime.Equal(&waiting.LastTransitionTime) {
 		t.Errorf("same status False: lastTransitionTime changed from %v to %v", waiting.LastTransitionTime, adopting.LastTransitionTime)
