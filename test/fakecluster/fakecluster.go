@@ -20,7 +20,14 @@
 //     times or always;
 //   - a record of every write (Writes, Count) and a count of reads
 //     (Reads), so a test can say "this pass wrote nothing" or "read each
-//     object once".
+//     object once";
+//   - around it: Runtimes (a skrclient.ClusterClients of fake runtimes),
+//     Managers (controller-runtime managers over a fake cluster, for the
+//     binaries' assembly), kubeconfig Secrets and Kymas (AddKyma, Kyma;
+//     a Kyma has its status subresource).
+//
+// test/memskr is the other stand-in: many runtimes in little memory for
+// the benchmarks, with fewer semantics; this one is for correctness.
 //
 // What it does not do (the integration tier, against real API servers,
 // covers these): admission, defaulting and validation, garbage collection,
