@@ -43,7 +43,8 @@ var serverless = []mirror.ModuleResource{{GroupVersionResource: schema.GroupVers
 // name: least privilege); leader election defaults to the Kyma namespace.
 func TestNewManager(t *testing.T) {
 	m := fakeManagers(t)
-	mgr, err := New(context.Background(), &rest.Config{Host: "https://kcp.invalid"}, Options{KymaNamespace: "kcp-system", ModuleResources: serverless, SkipNameValidation: true, ListenAddr: "127.0.0.1:0"}, &fakecluster.Runtimes{})
+	mgr, err := New(context.Background(), &rest.Config{Host: "https://kcp.invalid"}, Options{KymaNamespace: "kcp-system", ModuleResources: serverless,
+		SkipNameValidation: true, ListenAddr: "127.0.0.1:0", Manager: "module-sync-assembly"}, &fakecluster.Runtimes{}) // a listener registers its metrics by manager name
 	if err != nil || mgr == nil {
 		t.Fatalf("New: %v", err)
 	}
