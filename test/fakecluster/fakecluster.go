@@ -437,13 +437,25 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			}
 			c.reads[kind]++
 			c.mu.Unlock()
-			return cl.Get(ctx, key, obj, opts...)
+			if err := cl.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			dropNullStatus(obj)
+			return nil
 		},
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			if err := c.check(List, list, ""); err != nil {
 				return err
 			}
-			return cl.List(ctx, list, opts...)
+			if err := cl.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if u, ok := list.(*unstructured.UnstructuredList); ok {
+				for i := range u.Items {
+					dropNullStatus(&u.Items[i])
+				}
+			}
+			return nil
 		},
 		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if err := c.check(Create, obj, obj.GetName()); err != nil {
@@ -521,6 +533,17 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			c.record(StatusPatch, obj, obj.GetNamespace(), obj.GetName())
 			return nil
 		},
+	}
+}
+
+// dropNullStatus removes the "status": null the fake client writes into
+// unstructured objects of kinds with a status subresource; the API server
+// stores no null field.
+func dropNullStatus(obj runtime.Object) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if v, has := u.Object["status"]; has && v == nil {
+			delete(u.Object, "status")
+		}
 	}
 }
 

@@ -406,6 +406,61 @@ func TestFakeRuntimeRemoval(t *testing.T) {
 	}
 }
 
+// TestFakeRuntimeTakeOver: a runtime that holds Lifecycle Manager's SKR
+// bundle, with LM stopped for it, is taken over in one pass of the
+// reconciler (its bundle through the take-over, our webhook ready at once
+// here): LM's objects and the take-over objects gone, our bundle in
+// place, the Kyma's condition TakenOver; LM still active, nothing in the
+// runtime changes.
+func TestFakeRuntimeTakeOver(t *testing.T) {
+	s := newSetup(t)
+	fakecluster.LifecycleManagerBundle(t, s.skr)
+	s.r.TakeOver = &takeover.TakeOver{Client: s.kcp, Bundle: s.r.Bundle, SKR: skrBundle{s.r}, Resync: s.r.Resync, Options: takeover.Options{
+		Ready: func(context.Context, client.Client, client.ObjectKey, *certificates.TLS) (bool, error) {
+			return true, nil
+		}}}
+	if err := s.kcp.Create(ctx, s.issued); err != nil {
+		t.Fatal(err)
+	}
+	s.reconcile(t) // the finalizer
+	s.skr.Reset()
+	if res := s.reconcile(t); res.RequeueAfter != 10*time.Minute {
+		t.Errorf("LM active: %+v, want the resync", res)
+	}
+	if w := s.skr.Writes(); len(w) != 0 {
+		t.Errorf("LM active: wrote %v in the runtime", w)
+	}
+
+	k := fakecluster.Kyma(kymaNS, "kyma-a", "", "")
+	if err := s.kcp.Get(ctx, kymaA.NamespacedName, k); err != nil {
+		t.Fatal(err)
+	}
+	k.SetLabels(map[string]string{contract.LabelRuntimeID: "runtime-a", takeover.SkipReconciliationLabel: "true"})
+	if err := s.kcp.Update(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	s.reconcile(t)
+	if lm, err := bundle.FindLifecycleManager(ctx, s.skr, s.r.Bundle); err != nil || len(lm) != 0 {
+		t.Errorf("LM's objects left: %v, %v", lm, err)
+	}
+	for _, ref := range bundle.TakeoverRemoval(s.r.Bundle) {
+		if err := s.skr.Get(ctx, ref.Key, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: ref.GVK.GroupVersion().String(), Kind: ref.GVK.Kind}}); !apierrors.IsNotFound(err) {
+			t.Errorf("take-over object %s %s: %v, want removed", ref.GVK.Kind, ref.Key, err)
+		}
+	}
+	d := &appsv1.Deployment{}
+	if err := s.skr.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.Name}, d); err != nil || d.Annotations[diffapply.HashAnnotation] == "" {
+		t.Errorf("our skr-webhook Deployment: %v, %v", err, d.Annotations)
+	}
+	if err := s.kcp.Get(ctx, kymaA.NamespacedName, k); err != nil {
+		t.Fatal(err)
+	}
+	conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
+	if len(conds) != 1 || conds[0].(map[string]any)["reason"] != takeover.CondReasonTakenOver {
+		t.Errorf("the Kyma's conditions %v, want %s", conds, takeover.CondReasonTakenOver)
+	}
+}
+
 // TestFakeRuntimeWatches: Certificates and Secrets map to their Kyma;
 // every Watcher event enqueues every Kyma; the predicates pass what a
 // runtime's bundle depends on.

@@ -2,7 +2,7 @@ package takeover
 
 // The fake-cluster tier of the take-over (test/fakecluster): a runtime in
 // memory holding Lifecycle Manager's SKR bundle as LM applies it
-// (test/fixtures/lifecycle-manager/skr-bundle); vs-controller/integration
+// (fakecluster.LifecycleManagerBundle); vs-controller/integration
 // and test/e2e run it against real API servers.
 
 import (
@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -42,32 +39,6 @@ import (
 )
 
 var bg = context.Background()
-
-// lmBundle applies LM's SKR objects into skr as LM does (server-side apply,
-// forced, field manager lifecycle-manager).
-func lmBundle(t *testing.T, skr client.Client) {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "..", "test", "fixtures", "lifecycle-manager", "skr-bundle", "*-rendered.yaml"))
-	if err != nil || len(files) != 10 {
-		t.Fatalf("fixtures: %v, %d files", err, len(files))
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(data, &u.Object); err != nil {
-			t.Fatal(f, err)
-		}
-		if k := u.GetKind(); k == "ValidatingWebhookConfiguration" || k == "PriorityClass" {
-			u.SetNamespace("")
-		}
-		if err := skr.Apply(bg, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(LMFieldManager), client.ForceOwnership); err != nil {
-			t.Fatal(f, err)
-		}
-	}
-}
 
 // skrBundle is the runtime reconciler's bundle without Watchers.
 type skrBundle struct {
@@ -116,7 +87,7 @@ func newAdoption(t *testing.T) *adoption {
 	k := fakecluster.Kyma("kcp-system", "kyma-a", "runtime-a", "a.example.com")
 	a.kcp = fakecluster.New(t, s, fakecluster.WithObjects(k))
 	a.skr = fakecluster.New(t, bundle.Scheme())
-	lmBundle(t, a.skr)
+	fakecluster.LifecycleManagerBundle(t, a.skr)
 	a.kyma = &metav1.PartialObjectMetadata{}
 	a.kyma.SetGroupVersionKind(k.GroupVersionKind())
 	if err := a.kcp.Get(bg, client.ObjectKeyFromObject(k), a.kyma); err != nil {
