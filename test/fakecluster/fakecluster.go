@@ -19,7 +19,7 @@
 //     error — a conflict, a refusal, an unreachable runtime — once, n
 //     times or always;
 //   - a record of every write (Writes, Count) and a count of reads
-//     (Reads), so a test can say "this pass wrote nothing" or "read each
+//     (Reads, Lists), so a test can say "this pass wrote nothing" or "read each
 //     object once";
 //   - around it: Runtimes (a skrclient.ClusterClients of fake runtimes),
 //     Managers (controller-runtime managers over a fake cluster, for the
@@ -185,7 +185,7 @@ type Cluster struct {
 	mu     sync.Mutex
 	faults []*fault
 	writes []Write
-	reads  map[string]int // kind -> Gets answered
+	reads  map[string]int // kind -> Gets, "list <kind>" -> Lists answered
 }
 
 // Write is one write the cluster accepted.
@@ -361,6 +361,22 @@ func (c *Cluster) Reads(kind string) int {
 	return c.reads[kind]
 }
 
+// Lists is the number of Lists of kind the cluster answered.
+func (c *Cluster) Lists(kind string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads[List+" "+kind]
+}
+
+func (c *Cluster) countRead(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reads == nil {
+		c.reads = map[string]int{}
+	}
+	c.reads[key]++
+}
+
 // Reset forgets the writes and reads recorded so far.
 func (c *Cluster) Reset() {
 	c.mu.Lock()
@@ -430,13 +446,7 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			if err := c.check(Get, obj, key.Name); err != nil {
 				return err
 			}
-			kind := c.kindOf(obj)
-			c.mu.Lock()
-			if c.reads == nil {
-				c.reads = map[string]int{}
-			}
-			c.reads[kind]++
-			c.mu.Unlock()
+			c.countRead(c.kindOf(obj))
 			if err := cl.Get(ctx, key, obj, opts...); err != nil {
 				return err
 			}
@@ -447,6 +457,7 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			if err := c.check(List, list, ""); err != nil {
 				return err
 			}
+			c.countRead(List + " " + c.kindOf(list))
 			if err := cl.List(ctx, list, opts...); err != nil {
 				return err
 			}

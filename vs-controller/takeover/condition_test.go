@@ -10,10 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 )
 
 // kymaConditions reads the Kyma's status.conditions.
@@ -68,12 +67,10 @@ func TestSetTakeOverCondition(t *testing.T) {
 	if err := unstructured.SetNestedField(kyma.Object, map[string]any{"state": "Ready", "conditions": []any{lmCond}}, "status"); err != nil {
 		t.Fatal(err)
 	}
-	patches := 0
-	c := fake.NewClientBuilder().WithObjects(kyma).WithStatusSubresource(kyma).
-		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-			patches++
-			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
-		}}).Build()
+	scheme := runtime.NewScheme()
+	fakecluster.AddKyma(scheme)
+	c := fakecluster.New(t, scheme, fakecluster.WithObjects(kyma))
+	patches := func() int { return c.Count(fakecluster.StatusPatch, "Kyma") }
 	key := client.ObjectKeyFromObject(kyma)
 	ctx := context.Background()
 
@@ -82,8 +79,8 @@ func TestSetTakeOverCondition(t *testing.T) {
 		if err := r.setTakeOverCondition(ctx, kyma, key.String(), cond); err != nil {
 			t.Fatal(err)
 		}
-		if patches != wantPatches {
-			t.Errorf("%s: %d status patches, want %d", cond.Reason, patches, wantPatches)
+		if patches() != wantPatches {
+			t.Errorf("%s: %d status patches, want %d", cond.Reason, patches(), wantPatches)
 		}
 		conds := kymaConditions(t, c, key)
 		if lm := meta.FindStatusCondition(conds, "Ready"); lm == nil || lm.Message != "LM's" || lm.ObservedGeneration != 3 {
