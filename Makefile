@@ -80,8 +80,10 @@ test: envtest-assets verify ## Unit, integration and e2e tests against real API 
 
 .PHONY: test-unit
 test-unit: ## The inner loop: every test that needs no API server (go test -short; no bin/k8s); about 2.5 CPU-minutes with a warm build cache.
-	@# -short skips each test that starts API servers (testenv.SkipIfShort) or
-	@# clones the repository (test/verify); `make test` runs them all.
+	@# -short skips each test that starts API servers or builds a binary
+	@# (testenv.SkipIfShort; testenv.BuildBinary fails under -short) or
+	@# clones the repository (test/verify); `make test` runs them all. The
+	@# reconcilers run against test/fakecluster here.
 	go test -short $(GO_TEST_UNIT_FLAGS) ./...
 	cd test/tools/monitoring && go test -short $(GO_TEST_UNIT_FLAGS) ./...
 
