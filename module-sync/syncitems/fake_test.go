@@ -326,6 +326,17 @@ func TestFakePrune(t *testing.T) {
 		t.Errorf("d's delete was not retried: items %+v", res.Items)
 	}
 
+	// b2's object moves to b3 while a new item f takes b2: b2 stays.
+	sr.Spec.Items = []v1alpha1.SyncItem{
+		item("b", v1alpha1.CreateAndSync, configMap("default", "b3", "v")),
+		item("e", v1alpha1.CreateAndSync, configMap("default", "c", "v")),
+		item("f", v1alpha1.CreateAndSync, configMap("default", "b2", "v")),
+	}
+	fakePass(c, sr)
+	if cmIn(t, c, "b2") == nil || cmIn(t, c, "b3") == nil {
+		t.Error("an object another item now applies was pruned")
+	}
+
 	// A removed item the grant no longer allows: left, forgotten.
 	sr.Status.Items = append(sr.Status.Items, v1alpha1.ItemStatus{Name: "outside", Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: "default", Name: "s"}})
 	res = fakePass(c, sr)
@@ -428,9 +439,12 @@ func TestFakeCleanup(t *testing.T) {
 	fakePass(c, sr)
 	sr.Status.Items = append(sr.Status.Items, v1alpha1.ItemStatus{Name: "outside", Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: "default", Name: "s"}},
 		v1alpha1.ItemStatus{Name: "unserved", Object: &v1alpha1.ObjectReference{APIVersion: "example.com/v1", Kind: "Gadget", Namespace: "default", Name: "g"}})
-	c.Fail(fakecluster.Delete, "ConfigMap", "i", fakecluster.ErrUnreachable, 1)
+	c.Fail(fakecluster.Delete, "ConfigMap", "a", fakecluster.ErrUnreachable, 1)
 	if err := syncitems.Cleanup(bgCtx, c, fakeGrant, sr); !errors.Is(err, fakecluster.ErrUnreachable) {
 		t.Errorf("a failed delete: %v", err)
+	}
+	if cmIn(t, c, "i") == nil || c.Count(fakecluster.Delete, "") != 0 {
+		t.Error("an unreachable runtime: Cleanup went on after the first failure")
 	}
 	if err := syncitems.Cleanup(bgCtx, c, fakeGrant, sr); err != nil {
 		t.Fatal(err)
@@ -439,6 +453,17 @@ func TestFakeCleanup(t *testing.T) {
 		if got := cmIn(t, c, name) != nil; got != want {
 			t.Errorf("ConfigMap %s present %t, want %t", name, got, want)
 		}
+	}
+
+	// A CreateAndIgnore or Delete item's object that is not in the
+	// inventory is not this SyncResource's to clean up.
+	c = fakeSKR(t, owned("ign", "kcp-system/c"), owned("del", "kcp-system/c"))
+	fresh := syncResource("c", item("ign", v1alpha1.CreateAndIgnore, configMap("default", "ign", "v")), item("del", v1alpha1.Delete, configMap("default", "del", "")))
+	if err := syncitems.Cleanup(bgCtx, c, fakeGrant, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if cmIn(t, c, "ign") == nil || cmIn(t, c, "del") == nil {
+		t.Error("Cleanup deleted objects outside its inventory and CreateAndSync items")
 	}
 }
 

@@ -6,6 +6,7 @@ package routing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -264,6 +265,27 @@ func TestFakeCannotRoute(t *testing.T) {
 	if s.vs(t, "kcp-system", "w") != nil {
 		t.Error("the VirtualService of an invalid Watcher stayed")
 	}
+
+	// More than 100 Gateways: not routed.
+	for i := range 100 {
+		if err := s.kcp.Create(ctx, gateway(fmt.Sprintf("gw-%03d", i), watcherGW, "gw.example.com")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Spec.ServiceInfo.Port, w.Spec.Manager = 8082, "m"
+	if err := s.kcp.Update(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	s.reconcile(t, "kcp-system", "w")
+	if c := condition(s.watcher(t, "kcp-system", "w")); c.Reason != routing.ReasonInvalidSpec || !strings.Contains(c.Message, "matches 101 Gateways, more than 100") {
+		t.Errorf("101 Gateways: %+v", c)
+	}
+	for i := range 100 {
+		if err := s.kcp.Delete(ctx, gateway(fmt.Sprintf("gw-%03d", i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w = s.watcher(t, "kcp-system", "w")
 
 	// Transient: returned for a retry, and in the status.
 	w.Spec.ServiceInfo.Port, w.Spec.Manager = 8082, "m"
