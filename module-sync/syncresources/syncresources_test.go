@@ -212,6 +212,31 @@ func TestReconcileApplies(t *testing.T) {
 	}
 }
 
+// TestReconcileNotOurs: a SyncResource being deleted that does not carry
+// module-sync's finalizer (never applied) is left alone: nothing is
+// cleaned up, nothing written.
+func TestReconcileNotOurs(t *testing.T) {
+	sr := syncResource("alice", configMapItem("cm", "1"))
+	sr.Finalizers = []string{"someone-else"}
+	sr.Status.Items = []v1alpha1.ItemStatus{{Name: "cm", Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team-a", Name: "cm"}}}
+	s := newSetup(t, sr)
+	if err := s.skr.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "cm",
+		Annotations: map[string]string{syncitems.OwnerAnnotation: ns + "/sr"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kcp.Delete(ctx, s.get(t)); err != nil {
+		t.Fatal(err)
+	}
+	s.kcp.Reset()
+	s.skr.Reset()
+	if res := s.reconcile(t); res != (reconcile.Result{}) {
+		t.Errorf("not ours: %+v", res)
+	}
+	if w := append(s.kcp.Writes(), s.skr.Writes()...); len(w) != 0 || s.configMap(t, "cm") == nil {
+		t.Errorf("a SyncResource without module-sync's finalizer was cleaned up: writes %v", w)
+	}
+}
+
 // TestReconcileCleanupFails: a cleanup that fails keeps the finalizer,
 // says so in the status (Deleting, CleanupFailed) and is retried with
 // backoff; without its Kyma the runtime counts as gone and the finalizer

@@ -160,6 +160,7 @@ func routedWatcher(name, manager string) (*v1beta2.Watcher, *istionetworkingv1.V
 func TestFakeRuntimeBundle(t *testing.T) {
 	w, vs := routedWatcher("w", "lifecycle-manager")
 	s := newSetup(t, w, vs)
+	s.r.CertificateDuration, s.r.CertificateRenewBefore, s.r.ExtraDNSNames = 48*time.Hour, 24*time.Hour, []string{"localhost"}
 	if res := s.reconcile(t); res != (ctrl.Result{}) {
 		t.Errorf("before the Certificate's Secret: %+v, want no requeue (its creation triggers the next pass)", res)
 	}
@@ -173,6 +174,10 @@ func TestFakeRuntimeBundle(t *testing.T) {
 	if crt.Spec.CommonName != "runtime-a" || crt.Spec.DNSNames[0] != "a.example.com" || !slices.Contains(crt.Spec.DNSNames, "skr-webhook.kyma-system.svc") ||
 		crt.Spec.IssuerRef.Name != "runtime-ca" || metav1.GetControllerOf(crt).UID != "uid-kyma-a" {
 		t.Errorf("Certificate %+v", crt.Spec)
+	}
+	if crt.Spec.Duration == nil || crt.Spec.Duration.Duration != 48*time.Hour || crt.Spec.RenewBefore == nil || crt.Spec.RenewBefore.Duration != 24*time.Hour ||
+		!slices.Contains(crt.Spec.DNSNames, "localhost") {
+		t.Errorf("Certificate lifetime %v/%v, names %v; want 48h, renewed 24h before, with localhost", crt.Spec.Duration, crt.Spec.RenewBefore, crt.Spec.DNSNames)
 	}
 	if n := len(s.skr.Writes()); n != 0 {
 		t.Errorf("%d writes in the runtime before the certificate is issued", n)
