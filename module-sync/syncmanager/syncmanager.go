@@ -224,6 +224,10 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
+// newManager is ctrl.NewManager; the tests build the manager over a fake
+// cluster with it.
+var newManager = ctrl.NewManager
+
 // New sets up the manager with the listener, the Watchers and both
 // controllers. clients nil: RuntimeClients(o.SKRTimeout).
 func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.ClusterClients) (manager.Manager, error) {
@@ -237,7 +241,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	if clients == nil {
 		clients = RuntimeClients(o.SKRTimeout)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := newManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
