@@ -70,14 +70,7 @@ type Reconciler struct {
 // SetupWithManager registers the controller and the index of SyncResources
 // by Kyma.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, kymaField, func(obj client.Object) []string {
-		return []string{obj.(*v1alpha1.SyncResource).Spec.Kyma}
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, moduleField, func(obj client.Object) []string {
-		return []string{obj.(*v1alpha1.SyncResource).Spec.Module}
-	}); err != nil {
+	if err := indexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -90,6 +83,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.ModuleGrant{}, handler.EnqueueRequestsFromMapFunc(r.forGrant)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
+}
+
+// indexFields registers the indexes of SyncResources by Kyma and by module.
+func indexFields(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &v1alpha1.SyncResource{}, kymaField, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.SyncResource).Spec.Kyma}
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &v1alpha1.SyncResource{}, moduleField, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.SyncResource).Spec.Module}
+	})
 }
 
 func (r *Reconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
