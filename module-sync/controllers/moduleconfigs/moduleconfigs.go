@@ -54,6 +54,8 @@ type Reconciler struct {
 	// runtime run at a time; PassTimeout bounds a pass.
 	Turns       *pacing.Turns
 	PassTimeout time.Duration
+	// requeue wakes a pass that waited for its runtime's turn.
+	requeue pacing.Requeue
 }
 
 // SetupWithManager registers the controller; events are the listener's.
@@ -64,6 +66,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.Gene
 		// Kyma created or deleted (and the runtime-id label changed): a pass.
 		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay))).
+		WatchesRawSource(r.requeue.Source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
 }
@@ -120,10 +123,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, nil
 	}
-	release, ok := r.Turns.Take(key)
+	release, ok := r.Turns.Take(key, "mirror "+key, r.requeue.Wake(req))
 	if !ok {
+		// Requeued when the pass that holds the turn ends.
 		metrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
-		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
+		return reconcile.Result{}, nil
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)

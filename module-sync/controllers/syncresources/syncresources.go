@@ -66,6 +66,8 @@ type Reconciler struct {
 	// being named in it (Options.PlatformWriters).
 	PlatformWriters []string
 	now             func() metav1.Time
+	// requeue wakes a pass that waited for its runtime's turn.
+	requeue pacing.Requeue
 }
 
 // SetupWithManager registers the controller and the index of SyncResources
@@ -89,6 +91,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(identity.NewKyma(), handler.EnqueueRequestsFromMapFunc(r.forKyma), builder.WithPredicates(kymaCreatedOrDeleted{}), builder.OnlyMetadata).
 		// A grant that changes: the SyncResources of its module.
 		Watches(&v1alpha1.ModuleGrant{}, handler.EnqueueRequestsFromMapFunc(r.forGrant)).
+		WatchesRawSource(r.requeue.Source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
 }
@@ -122,10 +125,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	release, ok := r.Turns.Take(sr.Namespace + "/" + sr.Spec.Kyma)
+	release, ok := r.Turns.Take(sr.Namespace+"/"+sr.Spec.Kyma, "syncresource "+key, r.requeue.Wake(req))
 	if !ok {
+		// Requeued when the pass that holds the turn ends.
 		metrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
-		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
+		return reconcile.Result{}, nil
 	}
 	defer release()
 	if sr.DeletionTimestamp != nil {
