@@ -128,6 +128,7 @@ type config struct {
 	keyFile        string
 	netListener    net.Listener
 	needLeader     bool
+	owns           func(ctx context.Context, runtimeID string) bool // WithOwner
 	log            *logr.Logger
 	registerer     prometheus.Registerer
 

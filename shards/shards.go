@@ -118,8 +118,10 @@ type Shards struct {
 	lastRenew time.Time              // start of the last successful renewal
 	ours      *coordinationv1.Lease  // as last written
 	seen      map[string]observation // other Leases by name
-	onChange  []func()               // called when we may own more
-	published func(view []string)    // test hook: after each renewal
+	onChange  []func(gained func(runtime string) bool) error
+	notified  *snapshot           // what the last complete notify saw
+	renotify  bool                // a notify failed: again at the next round
+	published func(view []string) // test hook: after each renewal
 }
 
 // epoch is the passes begun under one adopted view.
@@ -181,9 +183,12 @@ func (s *Shards) Identity() string {
 }
 
 // OnChange registers f, called (from the member's loop) whenever this
-// member may have gained runtimes: the controllers requeue the work of
-// every runtime Owns now says is theirs. Register before Start.
-func (s *Shards) OnChange(f func()) {
+// member may have gained runtimes, with gained: true for a runtime it
+// owns now and did not own at the previous call. The controllers requeue
+// the work of the runtimes gained; when one returns an error, every f is
+// called again at the next round with what was gained since the last call
+// that succeeded. Register before Start.
+func (s *Shards) OnChange(f func(gained func(runtime string) bool) error) {
 	if s != nil {
 		s.onChange = append(s.onChange, f)
 	}
@@ -234,12 +239,27 @@ func (s *Shards) Owns(runtime string) bool {
 }
 
 func (s *Shards) ownsLocked(runtime string) bool {
-	self := s.o.Identity
-	if s.fenced || s.owner(runtime, s.adopted) != self || s.owner(runtime, s.confirmed) != self {
+	return s.snapshotLocked().owns(runtime)
+}
+
+// snapshot is what decides ownership at one moment.
+type snapshot struct {
+	self               string
+	fenced             bool
+	adopted, confirmed []string
+	others             map[string][]string
+}
+
+func (s *Shards) snapshotLocked() snapshot {
+	return snapshot{self: s.o.Identity, fenced: s.fenced, adopted: s.adopted, confirmed: s.confirmed, others: s.others}
+}
+
+func (v snapshot) owns(runtime string) bool {
+	if v.fenced || Owner(runtime, v.adopted) != v.self || Owner(runtime, v.confirmed) != v.self {
 		return false
 	}
-	for id, view := range s.others {
-		if s.owner(runtime, view) == id {
+	for id, view := range v.others {
+		if Owner(runtime, view) == id {
 			return false // not yet released by the member that had it
 		}
 	}
@@ -344,13 +364,14 @@ func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
 	s.confirmed = publish
 	s.others = others
 	if slices.Equal(desired, s.adopted) {
+		now := s.snapshotLocked()
 		s.mu.Unlock()
 		s.m.members(len(desired), 0)
 		if wasFenced {
 			log.Info("member working", "view", desired)
 		}
-		if gained {
-			s.notify()
+		if gained || s.renotify {
+			s.notify(log, now)
 		}
 		return false
 	}
@@ -368,10 +389,24 @@ func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
 	return true
 }
 
-func (s *Shards) notify() {
-	for _, f := range s.onChange {
-		f()
+func (s *Shards) notify(log logr.Logger, now snapshot) {
+	prev := s.notified
+	gained := func(runtime string) bool {
+		return now.owns(runtime) && (prev == nil || !prev.owns(runtime))
 	}
+	var errs []error
+	for _, f := range s.onChange {
+		if err := f(gained); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.Error(err, "runtimes gained not all requeued; again at the next round")
+		s.renotify = true
+		return
+	}
+	s.renotify = false
+	s.notified = &now
 }
 
 func sameViews(a, b map[string][]string) bool {

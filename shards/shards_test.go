@@ -125,6 +125,15 @@ func TestMembers(t *testing.T) {
 		a := newMember(t, cs, "join", "a")
 		b := newMember(t, cs, "join", "b")
 		c := newMember(t, cs, "join", "c")
+		gainedB := 0
+		b.OnChange(func(gained func(string) bool) error {
+			for _, r := range runtimes {
+				if gained(r) {
+					gainedB++
+				}
+			}
+			return nil
+		})
 		a.tick(t)
 		before := owners(a)
 		// b joins: it publishes first, then a sees it. At every point in
@@ -149,6 +158,9 @@ func TestMembers(t *testing.T) {
 			}
 		}
 		assertShare(t, "b joined", owned, 2)
+		if gainedB != owned["b"] {
+			t.Errorf("b was told of %d runtimes gained, owns %d", gainedB, owned["b"])
+		}
 		// c joins; then several more rounds: nothing moves again.
 		c.tick(t)
 		writers(t, a, b, c)

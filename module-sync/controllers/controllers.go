@@ -30,6 +30,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -52,6 +53,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -133,10 +135,24 @@ type Options struct {
 	// (no pacing.Turns): only for the benchmark that shows what Turns
 	// holds (BenchmarkHostileRuntime).
 	NoTurns bool
+	// ShardIdentity, when set, shares the runtimes with the other replicas
+	// (package shards, docs/operations.md): this replica is the member of
+	// that name; the mirror and SyncResource controllers and the event
+	// consumer run on every replica, each on the runtimes it owns; the
+	// Watchers stay with the leader. Empty: one replica does everything
+	// (with LeaderElection, the leader), exactly as before sharding.
+	ShardIdentity string
+	// ShardLeaseDuration: shards.Options.LeaseDuration (the renew deadline
+	// and retry period follow from it).
+	ShardLeaseDuration time.Duration
 	// SkipNameValidation lets a process build more than one manager (tests,
 	// benchmarks).
 	SkipNameValidation bool
 }
+
+// ShardGroup is module-sync's group of shard members (their Leases are
+// module-sync-shard-<identity> in the leader election namespace).
+const ShardGroup = "module-sync"
 
 func (o *Options) defaults() {
 	if o.Manager == "" {
@@ -265,13 +281,24 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		return nil, fmt.Errorf("runtime-id index: %w", err)
 	}
 
-	l, err := newListener(mgr, o)
+	var members *shards.Shards
+	if o.ShardIdentity != "" {
+		if members, err = newShards(cfg, o); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(members); err != nil {
+			return nil, err
+		}
+	}
+	l, err := newListener(mgr, o, members)
 	if err != nil {
 		return nil, err
 	}
 	// The listener serves and is ready on every replica; only the leader
 	// (where the controllers below run) consumes, the others answer 503
-	// with Retry-After so deliveries reach the leader.
+	// with Retry-After so deliveries reach the leader. Sharded, every
+	// replica consumes the events of the runtimes it owns and answers 503
+	// to the others' (the gateway retries on another replica).
 	if err := l.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
@@ -291,7 +318,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Mirror:  &mirror.Mirror{KCP: mgr.GetClient(), Resources: o.ModuleResources},
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Conflicts: pacing.NewBackoff(50*time.Millisecond, o.RetryMax),
 		KymaNamespace: o.KymaNamespace, ConfirmDelay: o.ConfirmDelay, Workers: o.Workers,
-		Turns: turns, PassTimeout: o.PassTimeout,
+		Turns: turns, PassTimeout: o.PassTimeout, Shards: members,
 	}
 	if err := mr.SetupWithManager(mgr, l.Events()); err != nil {
 		return nil, err
@@ -299,7 +326,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	sr := &syncresources.Reconciler{
 		Client: mgr.GetClient(), Runtimes: runtimes, Interval: o.DriftInterval,
 		Backoff: pacing.NewBackoff(o.RetryBase, o.RetryMax), Workers: o.Workers,
-		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters,
+		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters, Shards: members,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -321,8 +348,39 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	return mgr, nil
 }
 
-func newListener(mgr manager.Manager, o Options) (*listener.Listener, error) {
-	lopts := []listener.Option{listener.WithLogger(ctrl.Log.WithName("listener")), listener.WithLeaderElection(o.LeaderElection)}
+// newShards makes this replica a member of module-sync's shards.
+func newShards(cfg *rest.Config, o Options) (*shards.Shards, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := o.ShardLeaseDuration
+	if d <= 0 {
+		d = shards.DefaultLeaseDuration
+	}
+	return shards.New(shards.Options{
+		Leases: cs.CoordinationV1(), Namespace: o.LeaderElectionNamespace, Group: ShardGroup, Identity: o.ShardIdentity,
+		LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d * 2 / 15,
+		Log: ctrl.Log.WithName("shards"),
+	})
+}
+
+func newListener(mgr manager.Manager, o Options, members *shards.Shards) (*listener.Listener, error) {
+	lopts := []listener.Option{listener.WithLogger(ctrl.Log.WithName("listener")), listener.WithLeaderElection(o.LeaderElection && members == nil)}
+	if members != nil {
+		// An event of a runtime another replica owns is answered 503:
+		// 2xx still means delivered to the owner's consumer (§3.8). An
+		// event of an unknown runtime is taken (and dropped and counted
+		// as today by the mirror controller).
+		lookup := identity.NewKymaLookup(mgr.GetCache(), o.KymaNamespace)
+		lopts = append(lopts, listener.WithOwner(func(ctx context.Context, runtimeID string) bool {
+			rt, found, err := lookup.LookupRuntime(ctx, runtimeID)
+			if err != nil {
+				return false
+			}
+			return !found || members.Owns(o.KymaNamespace+"/"+rt.KymaName)
+		}))
+	}
 	switch o.Identity {
 	case "", "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())

@@ -111,12 +111,24 @@ func (r *Requeue) Source() source.Source {
 // Passes run only after the controller's sources started, so the queue is
 // there whenever a pass asks to be woken.
 func (r *Requeue) Wake(req reconcile.Request) func() {
-	return func() {
-		r.mu.Lock()
-		q := r.q
-		r.mu.Unlock()
-		if q != nil {
-			q.Add(req)
-		}
+	return func() { r.Add(req) }
+}
+
+// Started says whether the controller started (its queue is known).
+func (r *Requeue) Started() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.q != nil
+}
+
+// Add adds req to the controller's queue; started false (nothing added)
+// before the controller started: its start enqueues every object anyway.
+func (r *Requeue) Add(req reconcile.Request) (started bool) {
+	r.mu.Lock()
+	q := r.q
+	r.mu.Unlock()
+	if q != nil {
+		q.Add(req)
 	}
+	return q != nil
 }

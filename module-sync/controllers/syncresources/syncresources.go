@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/runtimeclient"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -66,7 +68,11 @@ type Reconciler struct {
 	// being named in it (Options.PlatformWriters).
 	PlatformWriters []string
 	now             func() metav1.Time
-	// requeue wakes a pass that waited for its runtime's turn.
+	// Shards, when set, owns runtimes across replicas: a SyncResource is
+	// applied only by its runtime's owner (nil: one replica, every runtime).
+	Shards *shards.Shards
+	// requeue wakes a pass that waited for its runtime's turn, and the
+	// SyncResources of runtimes this replica gained.
 	requeue pacing.Requeue
 }
 
@@ -83,6 +89,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	opts := controller.Options{MaxConcurrentReconciles: r.Workers}
+	if r.Shards != nil {
+		// Every replica applies the SyncResources of the runtimes it owns;
+		// those of gained runtimes at once.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.Shards.OnChange(r.gained)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("syncresource").
 		// Spec changes and deletion; not its own status writes.
@@ -92,8 +105,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A grant that changes: the SyncResources of its module.
 		Watches(&v1alpha1.ModuleGrant{}, handler.EnqueueRequestsFromMapFunc(r.forGrant)).
 		WatchesRawSource(r.requeue.Source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		WithOptions(opts).
 		Complete(r)
+}
+
+// gained enqueues the SyncResources of the runtimes this replica gained.
+func (r *Reconciler) gained(gained func(runtime string) bool) error {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every object, and its passes ask the owner
+	}
+	list := &v1alpha1.SyncResourceList{}
+	if err := r.Client.List(context.Background(), list); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		sr := &list.Items[i]
+		if gained(sr.Namespace + "/" + sr.Spec.Kyma) {
+			r.requeue.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sr.Namespace, Name: sr.Name}})
+		}
+	}
+	return nil
 }
 
 func (r *Reconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
@@ -105,6 +136,9 @@ func (r *Reconciler) forGrant(ctx context.Context, mg client.Object) []reconcile
 }
 
 func (r *Reconciler) requests(ctx context.Context, namespace, field, value string) []reconcile.Request {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every object, and its passes ask the owner
+	}
 	list := &v1alpha1.SyncResourceList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
 		return nil
@@ -125,6 +159,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	ctx, done, ok := r.Shards.Begin(ctx, sr.Namespace+"/"+sr.Spec.Kyma)
+	if !ok {
+		// Another replica owns the runtime (its gain requeues it there).
+		metrics.SyncReconciles.WithLabelValues("not-owner").Inc()
+		return reconcile.Result{}, nil
+	}
+	defer done()
 	release, ok := r.Turns.Take(sr.Namespace+"/"+sr.Spec.Kyma, "syncresource "+key, r.requeue.Wake(req))
 	if !ok {
 		// Requeued when the pass that holds the turn ends.
