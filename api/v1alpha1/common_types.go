@@ -3,8 +3,9 @@ package v1alpha1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // State is the coarse state of a ModuleConfig or SyncResource, with the
-// values Kyma's custom resources use.
-// +kubebuilder:validation:Enum=Ready;Processing;Error;Deleting;Warning
+// values Kyma's custom resources use, and Refused: a SyncResource that
+// module-sync does not apply at all because no grant names its writer.
+// +kubebuilder:validation:Enum=Ready;Processing;Error;Deleting;Warning;Refused
 type State string
 
 // States.
@@ -14,6 +15,10 @@ const (
 	StateError      State = "Error"
 	StateDeleting   State = "Deleting"
 	StateWarning    State = "Warning"
+	// StateRefused: the SyncResource is inert (nothing of it is applied)
+	// because the ModuleGrant of its module does not name the writer it
+	// records; it applies again once a grant names that writer.
+	StateRefused State = "Refused"
 )
 
 // LastOperation is the last thing module-sync did to an object and when.

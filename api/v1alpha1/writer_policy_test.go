@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -92,7 +94,7 @@ func TestSyncResourceWrittenBy(t *testing.T) {
 	o := as(orphan)
 	// The API server takes up a new policy asynchronously.
 	must(wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := o.Create(ctx, sr("probe", ""))
+		err := o.Create(ctx, sr("probe", orphan))
 		if err == nil {
 			return false, admin.Delete(ctx, sr("probe", ""))
 		}
@@ -104,6 +106,31 @@ func TestSyncResourceWrittenBy(t *testing.T) {
 			t.Errorf("%s: %v, want Forbidden saying %q", what, err, want)
 		}
 	}
+	// Issue 33: a manager no grant names held the standard module-manager
+	// RBAC (above) and created SyncResources; now the KCP refuses it.
+	notManager := func(user string) string {
+		return "user " + user + " may not write SyncResources of module sample: no ModuleGrant kcp-system/sample names it"
+	}
+	refused("a SyncResource of a writer no grant names", o.Create(ctx, sr("ungranted", orphan)), notManager(orphan))
+
+	// The grant names both: module-sync gives them the verb the policy
+	// asks the authorizer for (grants.KeepManagerRBAC, run here as module-sync
+	// runs it).
+	grant := &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "sample", Namespace: ns},
+		Spec: v1alpha1.ModuleGrantSpec{Managers: []string{orphan, other}}}
+	must(admin.Create(ctx, grant))
+	must(grants.KeepManagerRBAC(ctx, admin, grant))
+	// RBAC reaches the authorizer through its informers, a moment later.
+	must(wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := o.Create(ctx, sr("probe", orphan))
+		if err == nil {
+			return true, admin.Delete(ctx, sr("probe", ""))
+		}
+		if apierrors.IsForbidden(err) {
+			return false, nil
+		}
+		return false, err
+	}))
 	refused("a SyncResource that records no writer", o.Create(ctx, sr("none", "")), "set the annotation operator.kyma-project.io/written-by to "+orphan)
 	refused("a SyncResource that records somebody else", o.Create(ctx, sr("forged", other)), "to "+orphan)
 
@@ -127,5 +154,27 @@ func TestSyncResourceWrittenBy(t *testing.T) {
 	must(admin.Update(ctx, edit))
 	edit.Finalizers = nil
 	must(admin.Update(ctx, edit))
+
+	// The grant stops naming other: it may change no spec any more, while
+	// metadata writes of others still pass.
+	must(admin.Get(ctx, client.ObjectKeyFromObject(grant), grant))
+	grant.Spec.Managers = []string{orphan}
+	must(admin.Update(ctx, grant))
+	must(grants.KeepManagerRBAC(ctx, admin, grant))
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := as(other).Get(ctx, client.ObjectKeyFromObject(mine), edit); err != nil {
+			return false, err
+		}
+		edit.Spec.Items = append(edit.Spec.Items, configMapItem(fmt.Sprintf("again-%d", len(edit.Spec.Items))))
+		last = as(other).Update(ctx, edit)
+		return last != nil, nil
+	}); err != nil {
+		t.Fatalf("a writer the grant no longer names still changed the spec: %v", err)
+	}
+	refused("a spec change by a writer the grant no longer names", last, notManager(other))
+	must(admin.Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Labels = map[string]string{"team": "x"}
+	must(as(other).Update(ctx, edit))
 	must(admin.Delete(ctx, edit))
 }

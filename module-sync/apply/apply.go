@@ -578,6 +578,14 @@ func ptr[T any](v T) *T { return &v }
 // apiError turns an error of the runtime's API into an item error; its
 // message keeps the API server's words.
 func apiError(op string, err error) *itemError {
+	if grants.IsWorkloadRefusal(err) {
+		// The runtime's own admission refused what the grant does not
+		// cover: Refused. Retried with backoff all the same: a
+		// ServiceAccount the module creates in the same pass enters its
+		// inventory, and so the policy's parameters, only after the pass.
+		return &itemError{state: v1alpha1.ItemRefused,
+			msg: "refused by the runtime's admission (" + grants.WorkloadPolicyName + "): " + skrclient.Bounded(err.Error())}
+	}
 	e := &itemError{state: v1alpha1.ItemError, msg: op + ": " + skrclient.Bounded(err.Error())}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		e.permanent = true

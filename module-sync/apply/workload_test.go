@@ -193,8 +193,31 @@ func TestWorkloadsStayInsideTheirGrant(t *testing.T) {
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%v, want Forbidden saying %q", err, c.want)
 			}
+			if !grants.IsWorkloadRefusal(err) {
+				t.Errorf("%v: not recognised as the workload policy's refusal", err)
+			}
 		})
 	}
+	// Applied through module-sync, such a workload is an item Refused (not
+	// an Error retried): the runtime's own admission said no.
+	t.Run("refused: an item whose Deployment mounts the bundle's Secret", func(t *testing.T) {
+		it := item("steal", v1alpha1.CreateAndSync, raw(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"wl-steal","namespace":%q},`+
+			`"spec":{"selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"labels":{"a":"b"}},"spec":{"automountServiceAccountToken":false,`+
+			`"containers":[{"name":"c","image":"x"}],"volumes":[{"name":"v","secret":{"secretName":%q}}]}}}}`, ns, skrnames.SecretName))
+		res := apply.Apply(bgCtx, mod, g, syncResource("wl-steal", it))
+		if st := itemStatus(t, res, "steal"); st.State != v1alpha1.ItemRefused || !strings.Contains(st.Message, "may not use the Secrets "+skrnames.SecretName) {
+			t.Errorf("%+v, want Refused by the runtime's admission", st)
+		}
+		if !res.Retry {
+			t.Error("a refused workload is not retried: a ServiceAccount created in the same pass would never let it through")
+		}
+	})
+	t.Run("not a workload refusal: RBAC's", func(t *testing.T) {
+		err := mod.Create(bgCtx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns}})
+		if !apierrors.IsForbidden(err) || grants.IsWorkloadRefusal(err) {
+			t.Errorf("%v, want Forbidden by RBAC, not by the workload policy", err)
+		}
+	})
 	for k := 1; k < len(podKinds); k++ {
 		t.Run("refused: a "+podKinds[k].kind+" whose pods mount the bundle's Secret", func(t *testing.T) {
 			if err := create(mod, k, bundleMount); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "skr-webhook-tls") {

@@ -48,6 +48,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/moduleconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/modulemanagers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/syncresources"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers/watchers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
@@ -329,6 +330,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Turns: turns, PassTimeout: o.PassTimeout, PlatformWriters: o.PlatformWriters, Shards: members,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&modulemanagers.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 

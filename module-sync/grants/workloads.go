@@ -28,6 +28,9 @@ const (
 	// granted.
 	WorkloadParamsNamespace = "kube-system"
 	WorkloadParamsName      = "kyma-project.io--module-workloads"
+	// WorkloadPolicyName is the policy's name (workloads-policy.yaml): the
+	// runtime's API server names it in every refusal.
+	WorkloadPolicyName = "module-workloads.operator.kyma-project.io"
 )
 
 //go:embed workloads-policy.yaml
@@ -106,6 +109,9 @@ func WorkloadPolicy() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admi
 	}
 	if err := yaml.UnmarshalStrict([]byte(docs[1]), b); err != nil {
 		return nil, nil, fmt.Errorf("workloads-policy.yaml: %w", err)
+	}
+	if p.Name != WorkloadPolicyName {
+		return nil, nil, fmt.Errorf("workloads-policy.yaml: the policy is %q, want %q", p.Name, WorkloadPolicyName)
 	}
 	gv := admissionregistrationv1.SchemeGroupVersion.String()
 	p.TypeMeta = metav1.TypeMeta{APIVersion: gv, Kind: "ValidatingAdmissionPolicy"}
@@ -209,4 +215,11 @@ func ensureWorkloads(ctx context.Context, admin client.Client, g Grant) error {
 		return fmt.Errorf("write the workload entry of module %s: %w", g.Module, err)
 	}
 	return nil
+}
+
+// IsWorkloadRefusal says whether err is the runtime's API server refusing a
+// write because the workload policy denied it: the module's grant does not
+// cover what the workload uses.
+func IsWorkloadRefusal(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+WorkloadPolicyName+"'")
 }

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -111,6 +112,68 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		status, err := postAs(ctx, forged)
 		Expect(err).To(HaveOccurred(), "the gateway answered %d to a certificate of the attacker's CA", status)
 		Consistently(func() []e2e.Event { return received.For(n.SKRNamespace, "forged-by-store-ca", since) }, quietPeriod).Should(BeEmpty())
+	})
+
+	// Issue 33: a copy of the runtime trust store saved before a rotation,
+	// with its then valid seals, was written back after the old CA was
+	// retired; on restart vs-controller re-admitted the old CA and kept it
+	// while any runtime's state was unknown (the seal had no epoch). Now a
+	// seal is bound to the store's epoch, which the retirement advanced.
+	It("refuses a retired CA written back into the trust store, also while a runtime's state is unknown", func(ctx SpecContext) {
+		te, ok := env.(e2e.TakeoverEnvironment)
+		Expect(ok).To(BeTrue(), "the environment cannot restart vs-controller")
+		store := client.ObjectKey{Namespace: n.KymaNamespace, Name: trust.DefaultStore + "-runtime"}
+		storeHolds := func(g Gomega, ca *x509.Certificate) bool {
+			cm := &corev1.ConfigMap{}
+			g.Expect(env.KCP().Get(ctx, store, cm)).To(Succeed())
+			return has(certs([]byte(cm.Data[trust.StoreKey])), ca)
+		}
+
+		By("saving the store while it holds the current runtime CA")
+		saved := &corev1.ConfigMap{}
+		Expect(env.KCP().Get(ctx, store, saved)).To(Succeed())
+
+		By("rotating the runtime CA until the old one is retired everywhere")
+		oldCA, newCA := rotateCA(ctx, n.KymaNamespace, "runtime-watcher-ca")
+		Expect(has(certs([]byte(saved.Data[trust.StoreKey])), oldCA)).To(BeTrue(), "the saved store holds the CA before the rotation")
+		Eventually(func(g Gomega) {
+			g.Expect(storeHolds(g, oldCA)).To(BeFalse(), "the trust store")
+			g.Expect(has(caBundleOf(ctx, g, n), oldCA)).To(BeFalse(), "SKR caBundle")
+			g.Expect(has(clientCABundle(ctx, g, n), oldCA)).To(BeFalse(), "gateway client CA")
+			g.Expect(has(clientCABundle(ctx, g, n), newCA)).To(BeTrue(), "gateway client CA")
+		}).WithTimeout(3*time.Minute).Should(Succeed(), "the old runtime CA was not retired")
+
+		By("adding a runtime whose state is unknown (unreachable): it holds every CA the store remembers")
+		secret, kyma := unreachableRuntime("e2e-unknown-state")
+		Expect(env.KCP().Create(ctx, secret)).To(Succeed())
+		Expect(env.KCP().Create(ctx, kyma)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, secret))).To(Succeed())
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, kyma))).To(Succeed())
+			Eventually(func() error { return env.KCP().Get(ctx, client.ObjectKeyFromObject(kyma), kyma.DeepCopy()) }).
+				WithTimeout(time.Minute).Should(Satisfy(apierrors.IsNotFound))
+		})
+
+		By("writing the saved store back while vs-controller is stopped, and starting it on that store")
+		Expect(te.Takeover().RestartControllerAfter(ctx, func(ctx context.Context) error {
+			cm := &corev1.ConfigMap{}
+			if err := env.KCP().Get(ctx, store, cm); err != nil {
+				return err
+			}
+			cm.Data, cm.BinaryData = saved.Data, saved.BinaryData
+			return env.KCP().Update(ctx, cm)
+		})).To(Succeed())
+		pathReady(ctx, n)
+
+		By("checking that the retired CA stays out of the store and every bundle")
+		Eventually(func(g Gomega) {
+			g.Expect(storeHolds(g, oldCA)).To(BeFalse(), "the trust store after the restart")
+		}).Should(Succeed(), "vs-controller re-admitted the replayed CA")
+		Consistently(func(g Gomega) {
+			g.Expect(storeHolds(g, oldCA)).To(BeFalse(), "the trust store")
+			g.Expect(has(caBundleOf(ctx, g, n), oldCA)).To(BeFalse(), "SKR caBundle")
+			g.Expect(has(clientCABundle(ctx, g, n), oldCA)).To(BeFalse(), "gateway client CA")
+		}, 5*time.Second).Should(Succeed())
 	})
 
 	It("gives a Watcher that lost its manager's route no webhook in the runtime", func(ctx SpecContext) {

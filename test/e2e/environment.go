@@ -112,6 +112,9 @@ type TakeoverControls interface {
 	// RestartController restarts vs-controller with its usual flags and
 	// extraFlags, and waits until it is ready.
 	RestartController(ctx context.Context, extraFlags ...string) error
+	// RestartControllerAfter is RestartController that runs whileStopped
+	// while no vs-controller runs.
+	RestartControllerAfter(ctx context.Context, whileStopped func(context.Context) error, extraFlags ...string) error
 	// StartWebhook starts another skr-webhook process serving the SKR API
 	// server and posting to the gateway, with the given key pair.
 	StartWebhook(ctx context.Context, o WebhookOptions) (ExtraWebhook, error)

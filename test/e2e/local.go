@@ -182,6 +182,9 @@ type localTakeover struct{ sys *localenv.System }
 func (t localTakeover) RestartController(ctx context.Context, extra ...string) error {
 	return t.sys.RestartVSController(ctx, extra...)
 }
+func (t localTakeover) RestartControllerAfter(ctx context.Context, whileStopped func(context.Context) error, extra ...string) error {
+	return t.sys.RestartVSControllerAfter(ctx, whileStopped, extra...)
+}
 func (t localTakeover) OurWebhookURL() string {
 	return "https://localhost:" + portOf(t.sys.WebhookAddr())
 }

@@ -195,23 +195,7 @@ var _ = Describe("module sync", Label("module-sync"), Ordered, func() {
 
 		It("reports an unreachable runtime and backs off", func(ctx SpecContext) {
 			const id = "e2e-unreachable"
-			// A verified kubeconfig (an insecure one is refused before any
-			// connection) of a server that is not there.
-			ca, err := pki.NewCA("unreachable-ca")
-			Expect(err).NotTo(HaveOccurred())
-			kubeconfig := []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority-data: "` + base64.StdEncoding.EncodeToString(ca.PEM) + `"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`)
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: localenv.KymaNamespace},
-				Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}
-			kyma := &unstructured.Unstructured{}
-			kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
-			kyma.SetNamespace(localenv.KymaNamespace)
-			kyma.SetName(id)
+			secret, kyma := unreachableRuntime(id)
 			sr := &v1alpha1.SyncResource{
 				ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: localenv.KymaNamespace, Annotations: writtenBy(ctx, env.KCP())},
 				Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{
@@ -280,4 +264,28 @@ func itemNamed(sr *v1alpha1.SyncResource, name string) v1alpha1.SyncItem {
 		}
 	}
 	return v1alpha1.SyncItem{}
+}
+
+// unreachableRuntime is a Kyma of runtime id and its kubeconfig Secret: a
+// verified kubeconfig (an insecure one is refused before any connection)
+// of a server that is not there. Delete the Secret first: without it the
+// runtime counts as gone and the Kyma's finalizers go.
+func unreachableRuntime(id string) (*corev1.Secret, *unstructured.Unstructured) {
+	GinkgoHelper()
+	ca, err := pki.NewCA("unreachable-ca")
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig := []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority-data: "` + base64.StdEncoding.EncodeToString(ca.PEM) + `"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: localenv.KymaNamespace},
+		Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}
+	kyma := &unstructured.Unstructured{}
+	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	kyma.SetNamespace(localenv.KymaNamespace)
+	kyma.SetName(id)
+	return secret, kyma
 }

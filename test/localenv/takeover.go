@@ -23,10 +23,22 @@ import (
 // RestartVSController stops vs-controller (when it runs) and starts it
 // again with its usual flags and extra, and waits until it is ready.
 func (s *System) RestartVSController(ctx context.Context, extra ...string) error {
+	return s.RestartVSControllerAfter(ctx, nil, extra...)
+}
+
+// RestartVSControllerAfter is RestartVSController that runs whileStopped
+// (when not nil) between the stop and the start: what it writes in the KCP
+// is what the new process starts from, with no old process to react to it.
+func (s *System) RestartVSControllerAfter(ctx context.Context, whileStopped func(context.Context) error, extra ...string) error {
 	s.vsMu.Lock()
 	defer s.vsMu.Unlock()
 	if err := s.vs.stop(); err != nil {
 		return err
+	}
+	if whileStopped != nil {
+		if err := whileStopped(ctx); err != nil {
+			return err
+		}
 	}
 	name := "vs-controller"
 	if s.vsStarts > 0 {

@@ -207,7 +207,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 					Message: skrclient.Bounded("removed from the spec; not deleted: " + werr.Error())})
 			}
 		}
-		if err := r.writeStatus(ctx, sr, items, v1alpha1.StateWarning, metav1.Condition{
+		if err := r.writeStatus(ctx, sr, items, v1alpha1.StateRefused, metav1.Condition{
 			Type: apply.ConditionSynced, Status: metav1.ConditionFalse, Reason: "WriterNotGranted", Message: skrclient.Bounded(werr.Error()),
 		}); err != nil {
 			return reconcile.Result{}, err
