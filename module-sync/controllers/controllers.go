@@ -255,6 +255,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 	if clients == nil {
 		clients = runtimeclient.KubeconfigClients(o.SKRTimeout)
 	}
+	if o.ShardIdentity != "" {
+		// The API servers' audit record names the replica of each write
+		// (the field manager, the user agent's first word, stays
+		// module-sync).
+		cfg = rest.CopyConfig(cfg)
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " shard/" + o.ShardIdentity
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
