@@ -279,6 +279,17 @@ func TestShards(t *testing.T) {
 		t.Errorf("live member Leases %v, want %v", live, want)
 	}
 
+	// Each SyncResource's status names its runtime's owner.
+	list := &v1alpha1.SyncResourceList{}
+	if err := kcp.Client.List(ctx, list, client.InNamespace(shardsNS)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sr := range list.Items {
+		if want := shards.Owner(shardsNS+"/"+sr.Spec.Kyma, live); sr.Status.Replica != want {
+			t.Errorf("SyncResource %s: status.replica %q, its runtime's owner is %s", sr.Name, sr.Status.Replica, want)
+		}
+	}
+
 	// Membership changes: the second and third replica joining at the
 	// start, then kill, add, stop, add.
 	checkShardAudit(t, kcp.AuditLogPath, 6)

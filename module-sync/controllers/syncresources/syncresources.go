@@ -410,7 +410,8 @@ func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.Sync
 func (r *Reconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource, items []v1alpha1.ItemStatus, state v1alpha1.State, cond metav1.Condition) error {
 	cond.ObservedGeneration = sr.Generation
 	old := meta.FindStatusCondition(sr.Status.Conditions, cond.Type)
-	if sr.Status.State == state && sr.Status.ObservedGeneration == sr.Generation && reflect.DeepEqual(sr.Status.Items, items) &&
+	replica := r.Shards.Identity()
+	if sr.Status.State == state && sr.Status.ObservedGeneration == sr.Generation && reflect.DeepEqual(sr.Status.Items, items) && sr.Status.Replica == replica &&
 		old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
 		return nil
 	}
@@ -422,6 +423,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource,
 	sr.Status.Items = items
 	sr.Status.State = state
 	sr.Status.ObservedGeneration = sr.Generation
+	sr.Status.Replica = replica
 	meta.SetStatusCondition(&sr.Status.Conditions, cond)
 	sr.Status.LastOperation = &v1alpha1.LastOperation{Operation: fmt.Sprintf("%s: %s", cond.Reason, cond.Message), LastUpdateTime: now}
 	if err := r.Client.Status().Update(ctx, sr); err != nil {
