@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
@@ -54,6 +55,176 @@ const (
 	shardsWriter   = "system:serviceaccount:kcp-system:shards-manager"
 )
 
+// fleet is module-sync's runtimes on real KCP and SKR API servers (the KCP
+// audited with shardsAudit): n runtimes, each a Kyma, its kubeconfig
+// Secret (all pointing at the one SKR) and a SyncResource with one
+// ConfigMap; module-sync processes are started and stopped on it.
+type fleet struct {
+	tb       testing.TB
+	ctx      context.Context
+	g        *gomega.WithT
+	kcp, skr *testenv.Cluster
+	ids      []string
+	bin      string
+	logs     string
+	replicas map[string]*exec.Cmd
+}
+
+func newFleet(tb testing.TB, n int) *fleet {
+	tb.Helper()
+	env, err := testenv.StartAudited([]byte(shardsAudit), "kcp", "skr")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = env.Stop() })
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	f := &fleet{tb: tb, ctx: ctx, g: gomega.NewWithT(tb), kcp: env.Cluster("kcp"), skr: env.Cluster("skr"), logs: tb.TempDir(), replicas: map[string]*exec.Cmd{}}
+	for _, ns := range []struct {
+		c    client.Client
+		name string
+	}{{f.kcp.Client, shardsNS}, {f.skr.Client, "shards"}} {
+		if err := ns.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name}}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := f.kcp.Client.Create(ctx, &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "shards", Namespace: shardsNS},
+		Spec: v1alpha1.ModuleGrantSpec{Managers: []string{shardsWriter}, Kinds: []v1alpha1.GrantedKind{{Kind: "ConfigMap"}}, Namespaces: []string{"shards"}}}); err != nil {
+		tb.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(f.skr.KubeconfigPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.ids = make([]string, n)
+	for i := range f.ids {
+		id := fmt.Sprintf("runtime-%05d", i)
+		f.ids[i] = id
+		if err := f.kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: shardsNS,
+			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
+			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
+			tb.Fatal(err)
+		}
+		kyma := &unstructured.Unstructured{}
+		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+		kyma.SetNamespace(shardsNS)
+		kyma.SetName(id)
+		kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
+		if err := f.kcp.Client.Create(ctx, kyma); err != nil {
+			tb.Fatal(err)
+		}
+		sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: shardsNS,
+			Annotations: map[string]string{v1alpha1.AnnotationWrittenBy: shardsWriter}},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "shards", Items: []v1alpha1.SyncItem{configMapItem(id, "v1")}}}
+		if err := f.kcp.Client.Create(ctx, sr); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if f.bin, err = testenv.BuildBinary("module-sync"); err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// start starts a module-sync process: with --shard-identity id unless id
+// is "" (one process, no shards), with extra flags.
+func (f *fleet) start(id string, extra ...string) *exec.Cmd {
+	f.tb.Helper()
+	args := []string{"--kubeconfig", f.kcp.KubeconfigPath, "--leader-elect", "--kyma-namespace", shardsNS,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", testenv.FreeAddr(), "--listen-addr", testenv.FreeAddr(),
+		"--module-resources", "sample=sample.kyma-project.io/v1alpha1/samples",
+		"--mirror-interval", "1h", "--drift-interval", "1h"}
+	name := "module-sync"
+	if id != "" {
+		args = append(args, "--shard-identity", id, "--shard-lease-duration", shardsLease.String())
+		name = id
+	}
+	cmd := exec.Command(f.bin, append(args, extra...)...)
+	out, err := os.Create(filepath.Join(f.logs, name+".log"))
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		f.tb.Fatal(err)
+	}
+	f.replicas[name] = cmd
+	f.tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if f.tb.Failed() {
+			b, _ := os.ReadFile(out.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			f.tb.Logf("%s (end):\n%s", out.Name(), b)
+		}
+	})
+	return cmd
+}
+
+func (f *fleet) stop(id string, sig syscall.Signal) {
+	f.tb.Helper()
+	if err := f.replicas[id].Process.Signal(sig); err != nil {
+		f.tb.Fatal(err)
+	}
+	_ = f.replicas[id].Wait()
+	delete(f.replicas, id)
+}
+
+// converge waits until every SyncResource is applied at its generation and
+// its ConfigMap in the SKR holds value, at most within.
+func (f *fleet) converge(step, value string, within time.Duration) time.Duration {
+	f.tb.Helper()
+	began := time.Now()
+	f.g.Eventually(func() string {
+		list := &v1alpha1.SyncResourceList{}
+		if err := f.kcp.Client.List(f.ctx, list, client.InNamespace(shardsNS)); err != nil {
+			return err.Error()
+		}
+		cms := &corev1.ConfigMapList{}
+		if err := f.skr.Client.List(f.ctx, cms, client.InNamespace("shards")); err != nil {
+			return err.Error()
+		}
+		held := map[string]string{}
+		for _, cm := range cms.Items {
+			held[cm.Name] = cm.Data["v"]
+		}
+		behind, first := 0, ""
+		for _, sr := range list.Items {
+			if sr.Status.ObservedGeneration != sr.Generation || sr.Status.State != v1alpha1.StateReady || held[sr.Name] != value {
+				behind++
+				if first == "" {
+					first = sr.Name
+				}
+			}
+		}
+		if behind == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d behind, e.g. %s", behind, first)
+	}).WithTimeout(within).WithPolling(100*time.Millisecond).Should(gomega.BeEmpty(), step)
+	return time.Since(began)
+}
+
+// bump changes every SyncResource's ConfigMap to value.
+func (f *fleet) bump(value string) {
+	f.tb.Helper()
+	for _, id := range f.ids {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sr := &v1alpha1.SyncResource{}
+			if err := f.kcp.Client.Get(f.ctx, client.ObjectKey{Namespace: shardsNS, Name: id}, sr); err != nil {
+				return err
+			}
+			sr.Spec.Items = []v1alpha1.SyncItem{configMapItem(id, value)}
+			return f.kcp.Client.Update(f.ctx, sr)
+		}); err != nil {
+			f.tb.Error(err) // Error, not Fatal: the churn calls it from its own goroutine
+			return
+		}
+	}
+}
+
 // TestShards runs module-sync as a 3-replica Deployment with
 // --shard-identity does, against real KCP and SKR API servers, with 24
 // runtimes of one SyncResource each, and changes membership: a replica is
@@ -71,135 +242,12 @@ const (
 // often than membership changed (no flapping).
 func TestShards(t *testing.T) {
 	testenv.SkipIfShort(t)
-	env, err := testenv.StartAudited([]byte(shardsAudit), "kcp", "skr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	kcp, skr := env.Cluster("kcp"), env.Cluster("skr")
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	g := gomega.NewWithT(t)
-	for _, ns := range []struct {
-		c    client.Client
-		name string
-	}{{kcp.Client, shardsNS}, {skr.Client, "shards"}} {
-		if err := ns.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := kcp.Client.Create(ctx, &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "shards", Namespace: shardsNS},
-		Spec: v1alpha1.ModuleGrantSpec{Managers: []string{shardsWriter}, Kinds: []v1alpha1.GrantedKind{{Kind: "ConfigMap"}}, Namespaces: []string{"shards"}}}); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(skr.KubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]string, shardsRuntimes)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("runtime-%02d", i)
-		if err := kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(ids[i]), Namespace: shardsNS,
-			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
-			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
-			t.Fatal(err)
-		}
-		kyma := &unstructured.Unstructured{}
-		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
-		kyma.SetNamespace(shardsNS)
-		kyma.SetName(ids[i])
-		kyma.SetLabels(map[string]string{contract.LabelRuntimeID: ids[i]})
-		if err := kcp.Client.Create(ctx, kyma); err != nil {
-			t.Fatal(err)
-		}
-		sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: ids[i], Namespace: shardsNS,
-			Annotations: map[string]string{v1alpha1.AnnotationWrittenBy: shardsWriter}},
-			Spec: v1alpha1.SyncResourceSpec{Kyma: ids[i], Module: "shards", Items: []v1alpha1.SyncItem{configMapItem(ids[i], "v1")}}}
-		if err := kcp.Client.Create(ctx, sr); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	bin, err := testenv.BuildBinary("module-sync")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := t.TempDir()
-	replicas := map[string]*exec.Cmd{}
-	start := func(id string) {
-		t.Helper()
-		health := testenv.FreeAddr()
-		cmd := exec.Command(bin,
-			"--kubeconfig", kcp.KubeconfigPath, "--leader-elect", "--kyma-namespace", shardsNS,
-			"--metrics-bind-address", "0", "--health-probe-bind-address", health, "--listen-addr", testenv.FreeAddr(),
-			"--module-resources", "sample=sample.kyma-project.io/v1alpha1/samples",
-			"--mirror-interval", "1h", "--drift-interval", "1h",
-			"--shard-identity", id, "--shard-lease-duration", shardsLease.String())
-		out, err := os.Create(filepath.Join(logs, id+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		replicas[id] = cmd
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				b, _ := os.ReadFile(out.Name())
-				if len(b) > 4000 {
-					b = b[len(b)-4000:]
-				}
-				t.Logf("%s (end):\n%s", out.Name(), b)
-			}
-		})
-	}
-	stop := func(id string, sig syscall.Signal) {
-		t.Helper()
-		if err := replicas[id].Process.Signal(sig); err != nil {
-			t.Fatal(err)
-		}
-		_ = replicas[id].Wait()
-		delete(replicas, id)
-	}
-	// converge: every SyncResource applied at its generation and its
-	// ConfigMap in the SKR holding value, within 30 s.
-	converge := func(step, value string) time.Duration {
-		t.Helper()
-		began := time.Now()
-		g.Eventually(func() string {
-			list := &v1alpha1.SyncResourceList{}
-			if err := kcp.Client.List(ctx, list, client.InNamespace(shardsNS)); err != nil {
-				return err.Error()
-			}
-			var behind []string
-			for _, sr := range list.Items {
-				cm := &corev1.ConfigMap{}
-				if sr.Status.ObservedGeneration != sr.Generation || sr.Status.State != v1alpha1.StateReady {
-					behind = append(behind, sr.Name+" (status)")
-				} else if err := skr.Client.Get(ctx, client.ObjectKey{Namespace: "shards", Name: sr.Name}, cm); err != nil || cm.Data["v"] != value {
-					behind = append(behind, sr.Name+" (SKR)")
-				}
-			}
-			return strings.Join(behind, ", ")
-		}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(gomega.BeEmpty(), step)
-		return time.Since(began)
-	}
-	bump := func(value string) {
-		t.Helper()
-		for _, id := range ids {
-			sr := &v1alpha1.SyncResource{}
-			if err := kcp.Client.Get(ctx, client.ObjectKey{Namespace: shardsNS, Name: id}, sr); err != nil {
-				t.Fatal(err)
-			}
-			sr.Spec.Items = []v1alpha1.SyncItem{configMapItem(id, value)}
-			if err := kcp.Client.Update(ctx, sr); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	f := newFleet(t, shardsRuntimes)
+	ctx, g, kcp := f.ctx, f.g, f.kcp
+	start := func(id string) { f.start(id) }
+	stop := f.stop
+	converge := func(step, value string) time.Duration { return f.converge(step, value, 30*time.Second) }
+	bump := f.bump
 
 	for _, id := range []string{"ms-1-a", "ms-2-a", "ms-3-a"} {
 		start(id)
