@@ -175,7 +175,8 @@ func auditWrites(b *testing.B, path string) map[string][]time.Time {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			b.Fatal(err)
 		}
-		if e.Stage != "ResponseComplete" || e.ResponseStatus.Code/100 != 2 || e.ObjectRef.Resource != "syncresources" || !strings.HasPrefix(e.UserAgent, "module-sync/") {
+		if e.Stage != "ResponseComplete" || e.ResponseStatus.Code/100 != 2 || e.ObjectRef.Resource != "syncresources" ||
+			(e.UserAgent != "module-sync" && !strings.HasPrefix(e.UserAgent, "module-sync/")) {
 			continue
 		}
 		id := ""
