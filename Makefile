@@ -171,7 +171,7 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy code.
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC; copy Istio's and cert-manager's CRDs from their Go modules.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=manifests/crds
 	$(CONTROLLER_GEN) rbac:roleName=vs-controller paths=./vs-controller/... output:rbac:artifacts:config=manifests/kcp/rbac
-	$(CONTROLLER_GEN) rbac:roleName=module-sync paths=./module-sync/controllers/... output:rbac:artifacts:config=manifests/kcp/rbac-module-sync
+	$(CONTROLLER_GEN) rbac:roleName=module-sync paths="./module-sync/syncmanager/...;./module-sync/modulemanagers/..." output:rbac:artifacts:config=manifests/kcp/rbac-module-sync
 	cp "$$(go list -m -f '{{.Dir}}' istio.io/api)/kubernetes/customresourcedefinitions.gen.yaml" manifests/crds/third_party/istio.yaml
 	cm="$$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"; \
 	  for f in certificates certificaterequests issuers clusterissuers; do cp "$$cm/deploy/crds/cert-manager.io_$$f.yaml" manifests/crds/third_party/; done

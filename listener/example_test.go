@@ -8,12 +8,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 )
 
@@ -55,58 +51,4 @@ func ExampleNew() {
 	// 200 OK
 	// runtime-a kcp-system/kyma-sample Kyma
 	// <nil>
-}
-
-// Example_manager wires the listener into an operator's manager: the
-// listener serves on every replica (SetupWithManager), its channel is the
-// source of a controller that reconciles the Kyma of each event's runtime,
-// found by its runtime-id label or name (identity.NewKymaLookup).
-func Example_manager() {
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{})
-	if err != nil {
-		panic(err)
-	}
-	l, err := listener.New(":8082", "lifecycle-manager")
-	if err != nil {
-		panic(err)
-	}
-	if err := l.SetupWithManager(mgr); err != nil {
-		panic(err)
-	}
-	if err := identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		panic(err)
-	}
-	err = ctrl.NewControllerManagedBy(mgr).Named("skr-events").
-		WatchesRawSource(source.Channel(l.Events(), listener.EnqueueKyma(mgr.GetCache(), "kcp-system"))).
-		Complete(kymaReconciler{})
-	if err != nil {
-		panic(err)
-	}
-	_ = mgr.Start(ctrl.SetupSignalHandler())
-}
-
-// Example_sanPinning verifies the client certificate in process, for a
-// gateway that forwards XFCC (SANITIZE_SET) without ext-authz. The Kyma CRs
-// come from the manager's cache.
-func Example_sanPinning() {
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{})
-	if err != nil {
-		panic(err)
-	}
-	if err := identity.IndexRuntimeID(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		panic(err)
-	}
-	verifier := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), "kcp-system")}
-	l, err := listener.New(":8082", "lifecycle-manager", listener.WithSANPinning(verifier))
-	if err != nil {
-		panic(err)
-	}
-	_ = mgr.Add(l)
-	_ = mgr.Start(ctrl.SetupSignalHandler())
-}
-
-type kymaReconciler struct{ client.Client }
-
-func (kymaReconciler) Reconcile(context.Context, ctrl.Request) (ctrl.Result, error) {
-	return ctrl.Result{}, nil
 }

@@ -8,7 +8,7 @@ import (
 
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
@@ -17,7 +17,7 @@ import (
 // client's limits (flags only; no environment variables).
 type config struct {
 	startup.Common
-	o controllers.Options
+	o syncmanager.Options
 	// KCP client rate limits.
 	qps   float64
 	burst int
@@ -45,7 +45,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.StringVar(&c.o.KymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, their kubeconfig Secrets, ModuleConfigs, SyncResources and module-sync's Watchers")
 	fs.StringVar(&c.moduleResources, "module-resources", "", "the SKR resources that are Module CRs: module=group/version/resource[,…] (version * = preferred; the module name is required: it is never taken from a runtime; required)")
 	fs.StringVar(&c.o.ListenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")
-	fs.StringVar(&c.o.Manager, "manager", controllers.DefaultManager, "manager name of the Watchers and the event path (a DNS-1123 label)")
+	fs.StringVar(&c.o.Manager, "manager", syncmanager.DefaultManager, "manager name of the Watchers and the event path (a DNS-1123 label)")
 	fs.StringVar(&c.serviceName, "service-name", "module-sync", "Watchers' serviceInfo: the Service of the listener, in --kyma-namespace")
 	fs.Int64Var(&c.servicePort, "service-port", 8082, "Watchers' serviceInfo: the Service's port")
 	fs.StringVar(&c.selector, "gateway-selector", "operator.kyma-project.io/watcher-gateway=default", "Watchers' gateway label selector: key=value[,…]")
@@ -53,11 +53,11 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
 	fs.StringVar(&c.o.TLSCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&c.o.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
-	fs.DurationVar(&c.o.MirrorInterval, "mirror-interval", controllers.DefaultMirrorInterval, "periodic mirror pass per runtime (events make it real-time; this repairs what an event missed)")
-	fs.DurationVar(&c.o.DriftInterval, "drift-interval", controllers.DefaultDriftInterval, "periodic apply pass per SyncResource (corrects drift of CreateAndSync items in the runtime)")
+	fs.DurationVar(&c.o.MirrorInterval, "mirror-interval", syncmanager.DefaultMirrorInterval, "periodic mirror pass per runtime (events make it real-time; this repairs what an event missed)")
+	fs.DurationVar(&c.o.DriftInterval, "drift-interval", syncmanager.DefaultDriftInterval, "periodic apply pass per SyncResource (corrects drift of CreateAndSync items in the runtime)")
 	fs.DurationVar(&c.o.ConfirmDelay, "confirm-delay", 2*time.Second, "after an event, mirror the runtime again this much later (the SKR's webhook reports a change before it is stored); 0 disables")
-	fs.DurationVar(&c.o.RetryBase, "retry-base", controllers.DefaultRetryBase, "first delay of the backoff after a pass that failed for a reason that may pass (doubles per failure)")
-	fs.DurationVar(&c.o.RetryMax, "retry-max", controllers.DefaultRetryMax, "longest delay of that backoff")
+	fs.DurationVar(&c.o.RetryBase, "retry-base", syncmanager.DefaultRetryBase, "first delay of the backoff after a pass that failed for a reason that may pass (doubles per failure)")
+	fs.DurationVar(&c.o.RetryMax, "retry-max", syncmanager.DefaultRetryMax, "longest delay of that backoff")
 	fs.DurationVar(&c.o.SKRTimeout, "skr-timeout", 10*time.Second, "timeout of each request to a runtime's API server")
 	fs.IntVar(&c.o.Workers, "workers", 8, "runtimes mirrored and SyncResources applied in parallel (each)")
 	fs.DurationVar(&c.o.PassTimeout, "pass-timeout", 0, "deadline of one pass over a runtime (mirror or apply); default 3 × --skr-timeout")
@@ -69,7 +69,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	}
 	o := &c.o
 	var err error
-	if o.ModuleResources, err = controllers.ParseModuleResources(c.moduleResources); err != nil {
+	if o.ModuleResources, err = syncmanager.ParseModuleResources(c.moduleResources); err != nil {
 		return nil, fmt.Errorf("--module-resources: %w", err)
 	}
 	o.GatewaySelector = map[string]string{}

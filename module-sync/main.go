@@ -13,7 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 )
@@ -28,7 +28,7 @@ func run(ctx context.Context, c *config, log logr.Logger) error {
 	}
 	cfg.QPS, cfg.Burst = float32(c.qps), c.burst
 	cfg.UserAgent = "module-sync"
-	mgr, err := controllers.New(ctx, cfg, c.o, nil)
+	mgr, err := syncmanager.New(ctx, cfg, c.o, nil)
 	if err != nil {
 		return fmt.Errorf("set up manager: %w", err)
 	}

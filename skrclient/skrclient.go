@@ -11,6 +11,10 @@
 // bundle (package vs-controller/bundle). A caller that works with kinds it
 // does not know beforehand (module-sync: unstructured objects of any CRD)
 // sets NewMapper instead, e.g. to DynamicRESTMapper: one mapper per runtime.
+//
+// Runtimes (runtimes.go) finds a runtime's client by its ID, optionally
+// acting as another user in the runtime (impersonation): module-sync acts
+// as each module's identity.
 package skrclient
 
 import (

@@ -13,18 +13,18 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
 )
 
 // config is vs-controller's command line: the manager's options and the
 // KCP client's limits (flags only; no environment variables).
 type config struct {
 	startup.Common
-	o controllers.Options
+	o vsmanager.Options
 	// KCP client rate limits.
 	qps   float64
 	burst int

@@ -16,7 +16,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/version"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
 )
 
 func main() { startup.Main("vs-controller", parseConfig, run) }
@@ -30,7 +30,7 @@ func run(ctx context.Context, c *config, log logr.Logger) error {
 	cfg.QPS, cfg.Burst = float32(c.qps), c.burst
 	cfg.UserAgent = "vs-controller"
 	o := c.o
-	mgr, err := controllers.New(ctx, cfg, o)
+	mgr, err := vsmanager.New(ctx, cfg, o)
 	if err != nil {
 		return fmt.Errorf("set up manager: %w", err)
 	}

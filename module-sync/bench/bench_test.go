@@ -33,9 +33,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -113,7 +113,7 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	// module-sync as its flags default it in production (KCP QPS 50, burst 100).
 	cfg := *kcp.Config
 	cfg.QPS, cfg.Burst = 50, 100
-	mgr, err := controllers.New(ctx, &cfg, controllers.Options{
+	mgr, err := syncmanager.New(ctx, &cfg, syncmanager.Options{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", KymaNamespace: kymaNS,
 		ListenAddr: "127.0.0.1:0", ModuleResources: resources,
 		Service:        v1beta2.Service{Name: "module-sync", Namespace: kymaNS, Port: 8082},
@@ -122,7 +122,7 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	reqs0, writes0, passes0 := sum(metrics.SKRRequests), sum(metrics.MirrorWrites), sum(metrics.MirrorPasses)
+	reqs0, writes0, passes0 := sum(syncmetrics.SKRRequests), sum(syncmetrics.MirrorWrites), sum(syncmetrics.MirrorPasses)
 	began := time.Now()
 	go func() {
 		if err := mgr.Start(ctx); err != nil {
@@ -148,11 +148,11 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 	converged := time.Since(began)
 	// The first pass of each runtime is done (every ModuleConfig is Ready).
 	if err := waitFor(ctx, time.Minute, func() (bool, error) {
-		return sum(metrics.MirrorPasses)-passes0 >= float64(runtimes), nil
+		return sum(syncmetrics.MirrorPasses)-passes0 >= float64(runtimes), nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	reqs1, writes1, passes1 := sum(metrics.SKRRequests), sum(metrics.MirrorWrites), sum(metrics.MirrorPasses)
+	reqs1, writes1, passes1 := sum(syncmetrics.SKRRequests), sum(syncmetrics.MirrorWrites), sum(syncmetrics.MirrorPasses)
 	b.ReportMetric(converged.Seconds(), "s-to-converge")
 	b.ReportMetric((reqs1-reqs0)/float64(runtimes), "skr-req/runtime-first")
 	b.ReportMetric(writes1-writes0, "kcp-writes-first")
@@ -160,11 +160,11 @@ func benchMirror(b *testing.B, runtimes, modules int) {
 
 	// The periodic pass of every runtime.
 	if err := waitFor(ctx, *interval*3+5*time.Minute, func() (bool, error) {
-		return sum(metrics.MirrorPasses)-passes1 >= float64(runtimes), nil
+		return sum(syncmetrics.MirrorPasses)-passes1 >= float64(runtimes), nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	reqs2, writes2, passes2 := sum(metrics.SKRRequests), sum(metrics.MirrorWrites), sum(metrics.MirrorPasses)
+	reqs2, writes2, passes2 := sum(syncmetrics.SKRRequests), sum(syncmetrics.MirrorWrites), sum(syncmetrics.MirrorPasses)
 	b.ReportMetric((reqs2-reqs1)/(passes2-passes1), "skr-req/runtime-pass")
 	b.ReportMetric(writes2-writes1, "kcp-writes-second-pass")
 	if writes2 != writes1 {

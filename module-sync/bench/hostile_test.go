@@ -23,8 +23,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -138,7 +138,7 @@ func fleet(b *testing.B, hostile, noTurns bool) time.Duration {
 
 	cfg := *kcp.Config
 	cfg.QPS, cfg.Burst = 50, 100
-	mgr, err := controllers.New(ctx, &cfg, controllers.Options{
+	mgr, err := syncmanager.New(ctx, &cfg, syncmanager.Options{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", KymaNamespace: kymaNS, ListenAddr: "127.0.0.1:0",
 		// One listener per manager name registers metrics: one name per run.
 		Manager:            fmt.Sprintf("module-sync-%v-%v", hostile, noTurns),

@@ -10,6 +10,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 )
 
 // TestEveryBundleObjectRefused: the names module-sync refuses are the
@@ -31,7 +32,7 @@ func TestEveryBundleObjectRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := bundle.Desired(o, bundle.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}, watchers, vwc)
+	objs, err := bundle.Desired(o, certificates.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}, watchers, vwc)
 	if err != nil {
 		t.Fatal(err)
 	}

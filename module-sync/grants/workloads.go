@@ -93,11 +93,8 @@ func (r *Renderer) PolicyActive(ctx context.Context, probe client.Client, runtim
 	return fmt.Errorf("%w: %w", ErrWorkloadPolicyInactive, err)
 }
 
-// WorkloadPolicyYAML is the ValidatingAdmissionPolicy and its binding
-// (two YAML documents) that module-sync keeps in every runtime.
-func WorkloadPolicyYAML() []byte { return workloadPolicyYAML }
-
-// WorkloadPolicy is the policy and its binding of WorkloadPolicyYAML.
+// WorkloadPolicy is the ValidatingAdmissionPolicy and its binding that
+// module-sync keeps in every runtime (two YAML documents, embedded).
 func WorkloadPolicy() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
 	docs := strings.Split(string(workloadPolicyYAML), "\n---\n")
 	if len(docs) != 2 {

@@ -30,12 +30,6 @@ type OverflowRequester interface {
 	Overflow(manager string)
 }
 
-// OverflowFunc adapts a function to OverflowRequester.
-type OverflowFunc func(manager string)
-
-// Overflow calls f.
-func (f OverflowFunc) Overflow(manager string) { f(manager) }
-
 // Handler serves POST /validate/<manager>. Mount it at
 // contract.ValidatePathPrefix.
 type Handler struct {

@@ -22,7 +22,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -191,9 +191,9 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		Eventually(func(g Gomega) {
 			w := &v1beta2.Watcher{}
 			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(thief), w)).To(Succeed())
-			c := meta.FindStatusCondition(w.Status.Conditions, routing.ConditionVirtualService)
+			c := meta.FindStatusCondition(w.Status.Conditions, routeowner.ConditionVirtualService)
 			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Reason).To(Equal(routing.ReasonRouteConflict))
+			g.Expect(c.Reason).To(Equal(routeowner.ReasonRouteConflict))
 			g.Expect(c.Message).To(ContainSubstring("no webhook in any runtime"))
 		}).Should(Succeed())
 
@@ -242,10 +242,10 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		conflict := func(g Gomega) {
 			w := &v1beta2.Watcher{}
 			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(thief), w)).To(Succeed())
-			c := meta.FindStatusCondition(w.Status.Conditions, routing.ConditionVirtualService)
+			c := meta.FindStatusCondition(w.Status.Conditions, routeowner.ConditionVirtualService)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(routing.ReasonRouteConflict))
+			g.Expect(c.Reason).To(Equal(routeowner.ReasonRouteConflict))
 		}
 		Eventually(conflict).Should(Succeed())
 
@@ -256,8 +256,8 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 				return err
 			}
 			base := w.DeepCopy()
-			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue,
-				Reason: routing.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
+			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionTrue,
+				Reason: routeowner.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
 			w.Status.State = v1beta2.StateReady
 			return env.KCP().Status().Patch(ctx, w, client.MergeFrom(base))
 		}

@@ -12,7 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed-c8be168e/runtime-watcher/module-sync/controllers"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
@@ -44,7 +44,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 	// views.
 	views := func(ctx context.Context) (map[string]string, error) {
 		list := &coordinationv1.LeaseList{}
-		if err := env.KCP().List(ctx, list, client.InNamespace(env.Names().KymaNamespace), client.MatchingLabels{shards.LabelGroup: controllers.ShardGroup}); err != nil {
+		if err := env.KCP().List(ctx, list, client.InNamespace(env.Names().KymaNamespace), client.MatchingLabels{shards.LabelGroup: syncmanager.ShardGroup}); err != nil {
 			return nil, err
 		}
 		out := map[string]string{}

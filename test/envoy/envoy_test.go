@@ -2,6 +2,7 @@ package envoy_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,15 @@ func TestStaticEdgeBootstrap(t *testing.T) {
 	}
 	if err := envoy.Validate(ctx, mustBinary(t), filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Error("validate of a missing bootstrap passed")
+	}
+	// Pid is the Envoy process itself (make bench-compare reads its CPU
+	// clock), not a wrapper around it.
+	want, err := filepath.EvalSymlinks(mustBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid())); err != nil || exe != want {
+		t.Errorf("pid %d runs %q (%v), want %s", p.Pid(), exe, err, want)
 	}
 }
 

@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +55,3 @@ func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
-
-// URL is https://<host>:<port>.
-func (e Edge) URL(port int) string { return fmt.Sprintf("https://%s:%d", e.Host, port) }

@@ -137,10 +137,8 @@ func (p *Process) Output() string {
 	return p.output.String()
 }
 
-// Exited is closed when the process has exited.
-func (p *Process) Exited() <-chan struct{} { return p.exited }
-
-// ExitCode is the exit code once Exited is closed (-1 if killed by a signal).
+// ExitCode is the exit code once the process has exited (-1 if killed by a
+// signal).
 func (p *Process) ExitCode() int { return p.Cmd.ProcessState.ExitCode() }
 
 // Ready reports whether GET /readyz answers 200.

@@ -72,13 +72,13 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/memskr"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
-	vsmetrics "github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 var (
@@ -469,12 +469,12 @@ func setup(b *testing.B, ctx context.Context) *fixture {
 	if err := fast.List(ctx, &ws); err != nil {
 		b.Fatal(err)
 	}
-	want, err := apply.Desired(bundle.WebhookConfiguration(bundle.Options{}, ws.Items, f.ca.PEM),
+	want, err := diffapply.Desired(bundle.WebhookConfiguration(bundle.Options{}, ws.Items, f.ca.PEM),
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	f.expectedVWC = want.GetAnnotations()[apply.HashAnnotation]
+	f.expectedVWC = want.GetAnnotations()[diffapply.HashAnnotation]
 	return f
 }
 
@@ -555,7 +555,7 @@ func (f *fixture) startController(b *testing.B, ctx context.Context) (stop func(
 		clients = &memClients{fleet: f.fleet, count: f.skrCount}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	mgr, err := controllers.New(ctx, cfg, controllers.Options{
+	mgr, err := vsmanager.New(ctx, cfg, vsmanager.Options{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
 		GatewayNamespace:       gatewayNS,
@@ -609,7 +609,7 @@ func (f *fixture) converged(ctx context.Context, c client.Client) (bool, string)
 	}
 	good := 0
 	for _, v := range vwcs.Items {
-		if v.Annotations[apply.HashAnnotation] == f.expectedVWC {
+		if v.Annotations[diffapply.HashAnnotation] == f.expectedVWC {
 			good++
 		}
 	}
@@ -638,7 +638,7 @@ func (f *fixture) convergedInMemory(ctx context.Context, c client.Client) (bool,
 		skr := f.fleet.Cluster(kymaNS + "/" + runtimeID(i))
 		vwc := &metav1.PartialObjectMetadata{}
 		vwc.SetGroupVersionKind(bundle.ValidatingWebhookConfigurationGVK)
-		if skr.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc) != nil || vwc.Annotations[apply.HashAnnotation] != f.expectedVWC {
+		if skr.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc) != nil || vwc.Annotations[diffapply.HashAnnotation] != f.expectedVWC {
 			continue
 		}
 		complete := true

@@ -15,8 +15,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/memskr"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 )
 
@@ -40,7 +41,7 @@ func ensure(ctx context.Context, skr client.Client, desired *unstructured.Unstru
 		}
 		live = full
 	}
-	return apply.Ensure(ctx, skr, runtimes.FieldOwner, desired, live)
+	return diffapply.Ensure(ctx, skr, runtimes.FieldOwner, desired, live)
 }
 
 // TestMemorySKRHoldsTheBundle: the memory stand-in keeps vs-controller's
@@ -61,7 +62,7 @@ func TestMemorySKRHoldsTheBundle(t *testing.T) {
 	for i := range 100 {
 		ws = append(ws, *benchWatcher(i))
 	}
-	vwc, err := apply.Desired(bundle.WebhookConfiguration(bundle.Options{}, ws, ca.PEM),
+	vwc, err := diffapply.Desired(bundle.WebhookConfiguration(bundle.Options{}, ws, ca.PEM),
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestMemorySKRHoldsTheBundle(t *testing.T) {
 			t.Fatal(err)
 		}
 		if bundles[i], err = bundle.Desired(bundle.Options{KCPAddr: "gateway.kcp.example.com"},
-			bundle.TLS{CA: ca.PEM, Cert: leaf.CertPEM, Key: leaf.KeyPEM}, ws, vwc); err != nil {
+			certificates.TLS{CA: ca.PEM, Cert: leaf.CertPEM, Key: leaf.KeyPEM}, ws, vwc); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -33,8 +33,8 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
 )
 
 var (
@@ -117,7 +117,7 @@ func BenchmarkCARotation(b *testing.B) {
 // Issuer -> CA Certificate with rotationPolicy Always -> CA Issuer, for the
 // runtime CA in the Kyma namespace and the gateway CA in the gateway
 // namespace, and the gateway's server Certificate), w Watchers and n
-// runtimes, and runs cert-manager's controllers.
+// runtimes, and runs cert-manager's vsmanager.
 func setupRotation(b *testing.B, ctx context.Context, n, w int) *fixture {
 	f := &fixture{w: w, r: n, kcpCount: newCounter(), skrCount: newCounter()}
 	var err error
@@ -557,7 +557,7 @@ func (f *fixture) rotationController(b *testing.B, ctx context.Context) (stop fu
 	cfg.QPS, cfg.Burst = 50, 100 // the binary's defaults
 	cfg.Wrap(transport.WrapperFunc(f.kcpCount.wrap))
 	ctx, cancel := context.WithCancel(ctx)
-	mgr, err := controllers.New(ctx, cfg, controllers.Options{
+	mgr, err := vsmanager.New(ctx, cfg, vsmanager.Options{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
 		GatewayNamespace:       gatewayNS,

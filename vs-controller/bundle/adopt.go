@@ -19,7 +19,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 // Names and labels of Lifecycle Manager's SKR objects.
@@ -80,7 +81,7 @@ func LifecycleManagerObjects(o Options) []Ref {
 // managed-by label and not our hash annotation (an object we applied keeps
 // LM's label until we strip it).
 func IsLifecycleManagers(obj metav1.Object) bool {
-	_, ours := obj.GetAnnotations()[apply.HashAnnotation]
+	_, ours := obj.GetAnnotations()[diffapply.HashAnnotation]
 	return !ours && obj.GetLabels()[LMManagedByLabel] == LMManagedByValue
 }
 
@@ -103,7 +104,7 @@ func FindLifecycleManager(ctx context.Context, skr client.Reader, o Options) ([]
 }
 
 // TakeoverSecret is the runtime's certificate under TakeoverSecretName.
-func TakeoverSecret(o Options, tls TLS) *corev1.Secret {
+func TakeoverSecret(o Options, tls certificates.TLS) *corev1.Secret {
 	s := Secret(o, tls.CA, tls.Cert, tls.Key)
 	s.Name = TakeoverSecretName
 	return s

@@ -10,8 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 // LifecycleManagerObjects names exactly the objects of LM's SKR bundle
@@ -69,7 +70,7 @@ func TestIsLifecycleManagers(t *testing.T) {
 		want        bool
 	}{
 		{"LM's label", lm, nil, true},
-		{"LM's label and our hash: taken over", lm, map[string]string{apply.HashAnnotation: "x"}, false},
+		{"LM's label and our hash: taken over", lm, map[string]string{diffapply.HashAnnotation: "x"}, false},
 		{"other managed-by value", map[string]string{bundle.LMManagedByLabel: "lifecycle-manager"}, nil, false},
 		{"no labels", nil, nil, false},
 	} {
@@ -114,7 +115,7 @@ func TestTakeoverDeployment(t *testing.T) {
 	if ours.Spec.Template.Spec.Volumes[0].Secret.SecretName != bundle.SecretName {
 		t.Error("TakeoverDeployment changed the shared template")
 	}
-	if s := bundle.TakeoverSecret(o, bundle.TLS{CA: []byte("ca")}); s.Name != bundle.TakeoverSecretName || s.Type != "kubernetes.io/tls" {
+	if s := bundle.TakeoverSecret(o, certificates.TLS{CA: []byte("ca")}); s.Name != bundle.TakeoverSecretName || s.Type != "kubernetes.io/tls" {
 		t.Errorf("TakeoverSecret %s %s", s.Name, s.Type)
 	}
 }

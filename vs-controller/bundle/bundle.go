@@ -29,7 +29,8 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/manifests/skr"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 )
 
 // Names of the SKR objects (docs/architecture.md §4.3).
@@ -48,13 +49,6 @@ const (
 	containerName = "skr-webhook"
 	kcpAddrFlag   = "--kcp-addr="
 	minTLSFlag    = "--min-tls-version="
-)
-
-// Secret keys, as cert-manager writes them.
-const (
-	KeyCA   = "ca.crt"
-	KeyCert = "tls.crt"
-	KeyKey  = "tls.key"
 )
 
 // Options shape the bundle.
@@ -109,7 +103,7 @@ func Secret(o Options, caCrt, tlsCrt, tlsKey []byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: SecretName, Namespace: o.namespace()},
 		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{KeyCA: caCrt, KeyCert: tlsCrt, KeyKey: tlsKey},
+		Data:       map[string][]byte{certificates.KeyCA: caCrt, certificates.KeyCert: tlsCrt, certificates.KeyKey: tlsKey},
 	}
 }
 
@@ -191,7 +185,7 @@ func Usable(w *v1beta2.Watcher) bool {
 // their manager's route (docs/architecture.md §4.10). A Watcher owns it
 // when no older Watcher of the same manager (being deleted or not) claims
 // it — the rule of package routing, which alone knows the Gateways —, or
-// when routing says it does (routing.HoldsRoute: its Gateways are not the
+// when routing says it does (routeowner.HoldsRoute: its Gateways are not the
 // older one's). A loser of a route conflict gets no webhook in any runtime:
 // its rules would post to the owner's path.
 func Webhooked(watchers []v1beta2.Watcher) []*v1beta2.Watcher {
@@ -201,14 +195,14 @@ func Webhooked(watchers []v1beta2.Watcher) []*v1beta2.Watcher {
 		if len(w.SpecProblems()) > 0 {
 			continue
 		}
-		if o, ok := oldest[w.ManagerName()]; !ok || routing.Older(w, o) {
+		if o, ok := oldest[w.ManagerName()]; !ok || routeowner.Older(w, o) {
 			oldest[w.ManagerName()] = w
 		}
 	}
 	out := make([]*v1beta2.Watcher, 0, len(watchers))
 	for i := range watchers {
 		w := &watchers[i]
-		if Usable(w) && (oldest[w.ManagerName()] == w || routing.HoldsRoute(w)) {
+		if Usable(w) && (oldest[w.ManagerName()] == w || routeowner.HoldsRoute(w)) {
 			out = append(out, w)
 		}
 	}

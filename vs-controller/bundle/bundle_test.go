@@ -16,7 +16,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 )
 
 func watcher(ns, name, manager string, field v1beta2.FieldName, labels map[string]string) v1beta2.Watcher {
@@ -275,13 +275,13 @@ func TestWebhookConfigurationRouteOwner(t *testing.T) {
 		return w
 	}
 	holds := func(w v1beta2.Watcher, generation int64) v1beta2.Watcher {
-		w.Status.Conditions = []metav1.Condition{{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: routing.ReasonApplied, ObservedGeneration: generation}}
+		w.Status.Conditions = []metav1.Condition{{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionTrue, Reason: routeowner.ReasonApplied, ObservedGeneration: generation}}
 		return w
 	}
 	owner := at(watcher("team-a", "owner", "shared", v1beta2.SpecField, nil), 0)
 	loser := at(watcher("team-x", "loser", "shared", v1beta2.SpecField, nil), 1)
 	loser.Spec.ResourceToWatch = v1beta2.WatchableGVR{Group: "*", Version: "*", Resource: "*"}
-	loser.Status.Conditions = []metav1.Condition{{Type: routing.ConditionVirtualService, Status: metav1.ConditionFalse, Reason: routing.ReasonRouteConflict, ObservedGeneration: 1}}
+	loser.Status.Conditions = []metav1.Condition{{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionFalse, Reason: routeowner.ReasonRouteConflict, ObservedGeneration: 1}}
 	ownGateways := holds(at(watcher("team-b", "own-gateways", "shared", v1beta2.SpecField, nil), 2), 1)
 	stale := at(watcher("team-c", "stale", "shared", v1beta2.SpecField, nil), 3)
 	stale.Generation = 2

@@ -20,8 +20,9 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 )
 
 // The kinds of the bundle.
@@ -59,16 +60,12 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// TLS is a runtime's issued certificate: the Secret keys KeyCA, KeyCert and
-// KeyKey.
-type TLS struct{ CA, Cert, Key []byte }
-
 // Desired is the bundle in apply order (namespace, Secret, the managers
 // ConfigMap of watchers, NetworkPolicy — before the pods it confines —,
 // Service, Deployment, PodDisruptionBudget, then webhooks, the webhook
 // configuration from WebhookConfigurations), each with apply's hash
 // annotation.
-func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+func Desired(o Options, tls certificates.TLS, watchers []v1beta2.Watcher, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	ns, err := Namespace(o)
 	if err != nil {
 		return nil, err
@@ -103,7 +100,7 @@ func Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructu
 	}
 	out := make([]*unstructured.Unstructured, 0, len(objs)+1)
 	for _, obj := range objs {
-		u, err := apply.Desired(obj.obj, obj.gvk)
+		u, err := diffapply.Desired(obj.obj, obj.gvk)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +117,7 @@ func watchersKey(watchers []v1beta2.Watcher, extra []byte) string {
 	lines := make([]string, 0, len(watchers))
 	for i := range watchers {
 		w := &watchers[i]
-		lines = append(lines, fmt.Sprintf("%s/%s/%s/%d/%s/%t/%t", w.Namespace, w.Name, w.UID, w.Generation, w.Labels[contract.LabelManagedBy], w.DeletionTimestamp != nil, routing.HoldsRoute(w)))
+		lines = append(lines, fmt.Sprintf("%s/%s/%s/%d/%s/%t/%t", w.Namespace, w.Name, w.UID, w.Generation, w.Labels[contract.LabelManagedBy], w.DeletionTimestamp != nil, routeowner.HoldsRoute(w)))
 	}
 	sort.Strings(lines)
 	h := sha256.New()
@@ -145,7 +142,7 @@ type Bundles struct {
 }
 
 // Desired is Desired(o, tls, watchers, webhooks).
-func (c *Bundles) Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+func (c *Bundles) Desired(o Options, tls certificates.TLS, watchers []v1beta2.Watcher, webhooks *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	key := watchersKey(watchers, nil)
 	c.mu.Lock()
 	shared := c.shared
@@ -164,7 +161,7 @@ func (c *Bundles) Desired(o Options, tls TLS, watchers []v1beta2.Watcher, webhoo
 		c.mu.Unlock()
 		return all, nil
 	}
-	secret, err := apply.Desired(Secret(o, tls.CA, tls.Cert, tls.Key), SecretGVK)
+	secret, err := diffapply.Desired(Secret(o, tls.CA, tls.Cert, tls.Key), SecretGVK)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +220,7 @@ func (c *WebhookConfigurations) Desired(o Options, watchers []v1beta2.Watcher, c
 	}
 	c.mu.Unlock()
 
-	u, err := apply.Desired(WebhookConfiguration(o, watchers, caBundle), ValidatingWebhookConfigurationGVK)
+	u, err := diffapply.Desired(WebhookConfiguration(o, watchers, caBundle), ValidatingWebhookConfigurationGVK)
 	if err != nil {
 		return nil, err
 	}

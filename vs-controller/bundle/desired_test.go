@@ -8,8 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 func TestDesired(t *testing.T) {
@@ -20,7 +21,7 @@ func TestDesired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := bundle.Desired(o, bundle.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}, watchers, vwc)
+	objs, err := bundle.Desired(o, certificates.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}, watchers, vwc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestDesired(t *testing.T) {
 		if u.GetKind() != w.kind || u.GetNamespace() != w.ns || u.GetName() != w.name {
 			t.Errorf("object %d: %s %s/%s, want %s %s/%s", i, u.GetKind(), u.GetNamespace(), u.GetName(), w.kind, w.ns, w.name)
 		}
-		if u.GetAnnotations()[apply.HashAnnotation] == "" {
+		if u.GetAnnotations()[diffapply.HashAnnotation] == "" {
 			t.Errorf("%s lacks the hash annotation", u.GetKind())
 		}
 		clusterScoped, known := kinds[u.GroupVersionKind()]
@@ -102,7 +103,7 @@ func TestBundlesCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every call, cached or not, is what Desired builds for that runtime.
-	for _, tls := range []bundle.TLS{
+	for _, tls := range []certificates.TLS{
 		{CA: []byte("ca"), Cert: []byte("crt-1"), Key: []byte("key-1")},
 		{CA: []byte("ca"), Cert: []byte("crt-2"), Key: []byte("key-2")},
 	} {
@@ -119,11 +120,11 @@ func TestBundlesCache(t *testing.T) {
 		}
 	}
 	// A changed Watcher (here: dropped) changes the managers ConfigMap.
-	got, err := c.Desired(o, bundle.TLS{CA: []byte("ca")}, []v1beta2.Watcher{w1}, vwc)
+	got, err := c.Desired(o, certificates.TLS{CA: []byte("ca")}, []v1beta2.Watcher{w1}, vwc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := bundle.Desired(o, bundle.TLS{CA: []byte("ca")}, []v1beta2.Watcher{w1}, vwc)
+	want, _ := bundle.Desired(o, certificates.TLS{CA: []byte("ca")}, []v1beta2.Watcher{w1}, vwc)
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatal("a changed set of Watchers reused the shared objects")
 	}
@@ -142,7 +143,7 @@ func BenchmarkDesired(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tls := bundle.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}
+	tls := certificates.TLS{CA: []byte("ca"), Cert: []byte("crt"), Key: []byte("key")}
 	b.Run("uncached", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := bundle.Desired(o, tls, watchers, vwc); err != nil {

@@ -23,7 +23,6 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 )
 
 const (
@@ -106,10 +105,21 @@ func Desired(kyma client.Object, id, domain string, issuer cmmeta.IssuerReferenc
 	}
 }
 
+// Secret keys, as cert-manager writes them.
+const (
+	KeyCA   = "ca.crt"
+	KeyCert = "tls.crt"
+	KeyKey  = "tls.key"
+)
+
+// TLS is a runtime's issued certificate: the Secret keys KeyCA, KeyCert and
+// KeyKey.
+type TLS struct{ CA, Cert, Key []byte }
+
 // Issued reads runtime id's certificate from its Secret in namespace; nil
 // without error when the Secret does not exist or lacks one of ca.crt,
 // tls.crt, tls.key.
-func Issued(ctx context.Context, c client.Reader, namespace, id string) (*bundle.TLS, error) {
+func Issued(ctx context.Context, c client.Reader, namespace, id string) (*TLS, error) {
 	s := &corev1.Secret{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: Name(id)}, s)
 	if apierrors.IsNotFound(err) {
@@ -118,7 +128,7 @@ func Issued(ctx context.Context, c client.Reader, namespace, id string) (*bundle
 	if err != nil {
 		return nil, err
 	}
-	t := &bundle.TLS{CA: s.Data[bundle.KeyCA], Cert: s.Data[bundle.KeyCert], Key: s.Data[bundle.KeyKey]}
+	t := &TLS{CA: s.Data[KeyCA], Cert: s.Data[KeyCert], Key: s.Data[KeyKey]}
 	if len(t.CA) == 0 || len(t.Cert) == 0 || len(t.Key) == 0 {
 		return nil, nil
 	}

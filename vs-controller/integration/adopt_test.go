@@ -20,10 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // applyLMBundle applies LM's ten SKR objects (test/fixtures/lifecycle-manager/skr-bundle)
@@ -98,7 +99,7 @@ func takeOverReason(ctx context.Context, name string) func() string {
 // onLMCertificate lists the series of the per-runtime gauge, as
 // "<runtime>/<kyma>=<value>".
 func onLMCertificate() []string {
-	series, err := promtext.Collected(metrics.RuntimeOnLMCertificate, "runtime", "kyma")
+	series, err := promtext.Collected(vsmetrics.RuntimeOnLMCertificate, "runtime", "kyma")
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	out := []string{}
 	for k, v := range series {
@@ -168,7 +169,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		Expect(lmLeft(ctx)()).To(HaveLen(10))
 		Expect(kymaMessages(ctx, kymaName, takeover.ReasonLMActive)).To(ContainElement(ContainSubstring("CN=klm-watcher-selfsigned-ca")),
 			"the Event names the issuer of LM's certificate in the SKR")
-		Expect(testutil.ToFloat64(metrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(1))
+		Expect(testutil.ToFloat64(vsmetrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(1))
 		Expect(onLMCertificate()).To(Equal([]string{runtimeID + "/" + kymaName + "=1"}), "the per-runtime gauge names it")
 		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(takeover.CondReasonWaitingForLM))
 		cond, _, _ := takeOver(ctx, kymaName)
@@ -178,12 +179,12 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 
 		By("writing nothing on a second pass")
 		_, rv, _ := takeOver(ctx, kymaName)
-		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
-		passes := testutil.ToFloat64(metrics.Adoptions.WithLabelValues("lm-active"))
+		statusWrites := testutil.ToFloat64(vsmetrics.RuntimeWrites.WithLabelValues("kyma-status"))
+		passes := testutil.ToFloat64(vsmetrics.Adoptions.WithLabelValues("lm-active"))
 		setKymaLabel(ctx, kymaName, takeover.SkipReconciliationLabel, "false") // a pass, still waiting
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.Adoptions.WithLabelValues("lm-active")) }).Should(BeNumerically(">", passes))
+		Eventually(func() float64 { return testutil.ToFloat64(vsmetrics.Adoptions.WithLabelValues("lm-active")) }).Should(BeNumerically(">", passes))
 		_, rv2, types := takeOver(ctx, kymaName)
-		Expect(testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
+		Expect(testutil.ToFloat64(vsmetrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
 		Expect(rv2).NotTo(Equal(rv), "the label's update")
 		Expect(types).To(ConsistOf(lmCondition, takeover.ConditionTakeOver))
 
@@ -202,7 +203,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		sec := &corev1.Secret{}
 		Expect(skrGet(ctx, sec, bundle.DefaultNamespace, bundle.TakeoverSecretName)()).To(Succeed())
 		Expect(sec.Type).To(Equal(corev1.SecretTypeTLS))
-		Expect(sec.Data[bundle.KeyCA]).To(Equal(ca.PEM))
+		Expect(sec.Data[certificates.KeyCA]).To(Equal(ca.PEM))
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + takeover.ReasonAdoptionWaits))
 		cond, _, _ := takeOver(ctx, kymaName)
 		Expect(cond.Reason).To(Equal(takeover.CondReasonAdopting))
@@ -221,7 +222,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		setReady(ctx, bundle.TakeoverName)
 		Eventually(lmLeft(ctx)).Should(BeEmpty())
 		Eventually(kymaEvents(ctx, kymaName)).Should(ContainElement("Normal/" + takeover.ReasonAdopted))
-		Expect(testutil.ToFloat64(metrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(0))
+		Expect(testutil.ToFloat64(vsmetrics.RuntimesOnLMCertificate)).To(BeEquivalentTo(0))
 		Expect(onLMCertificate()).To(BeEmpty(), "the runtime's series is deleted")
 		Eventually(takeOverReason(ctx, kymaName)).Should(Equal(takeover.CondReasonTakenOver))
 		cond, _, _ := takeOver(ctx, kymaName)
@@ -230,7 +231,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 		Expect(skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc)).To(Succeed())
 		Expect(vwc.Labels).NotTo(HaveKey(bundle.LMManagedByLabel))
-		Expect(vwc.Annotations).To(HaveKey(apply.HashAnnotation))
+		Expect(vwc.Annotations).To(HaveKey(diffapply.HashAnnotation))
 		names := []string{}
 		for _, h := range vwc.Webhooks {
 			names = append(names, h.Name)
@@ -256,7 +257,7 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		dep := &appsv1.Deployment{}
 		Eventually(skrGet(ctx, dep, bundle.DefaultNamespace, bundle.Name)).Should(Succeed())
 		Expect(dep.Spec.Selector.MatchLabels).To(Equal(map[string]string{"app.kubernetes.io/name": bundle.Name}))
-		Expect(dep.Annotations).To(HaveKey(apply.HashAnnotation))
+		Expect(dep.Annotations).To(HaveKey(diffapply.HashAnnotation))
 		for _, ref := range []string{bundle.LMMetricsServiceName} {
 			Expect(apierrors.IsNotFound(skrGet(ctx, &corev1.Service{}, bundle.DefaultNamespace, ref)())).To(BeTrue())
 		}
@@ -279,14 +280,14 @@ var _ = Describe("Take-over of a runtime Lifecycle Manager set up", Ordered, fun
 		cond, _, types := takeOver(ctx, kymaName)
 		Expect(cond.Reason).To(Equal(takeover.CondReasonTakenOver))
 		Expect(types).To(ConsistOf(lmCondition, takeover.ConditionTakeOver))
-		statusWrites := testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))
-		passes := testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged"))
+		statusWrites := testutil.ToFloat64(vsmetrics.RuntimeWrites.WithLabelValues("kyma-status"))
+		passes := testutil.ToFloat64(vsmetrics.RuntimeReconciles.WithLabelValues("unchanged"))
 		setKymaLabel(ctx, kymaName, takeover.SkipReconciliationLabel, "") // a pass
 		_, rv, _ := takeOver(ctx, kymaName)
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.RuntimeReconciles.WithLabelValues("unchanged")) }).Should(BeNumerically(">", passes))
+		Eventually(func() float64 { return testutil.ToFloat64(vsmetrics.RuntimeReconciles.WithLabelValues("unchanged")) }).Should(BeNumerically(">", passes))
 		cond2, rv2, _ := takeOver(ctx, kymaName)
 		Expect(rv2).To(Equal(rv), "no write to the Kyma")
 		Expect(cond2).To(Equal(cond))
-		Expect(testutil.ToFloat64(metrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
+		Expect(testutil.ToFloat64(vsmetrics.RuntimeWrites.WithLabelValues("kyma-status"))).To(Equal(statusWrites))
 	})
 })

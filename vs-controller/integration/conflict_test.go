@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 )
 
 // docs/architecture.md §4.10: a route (Gateway + /v2/<manager>/event) belongs to
@@ -32,12 +32,12 @@ var _ = Describe("Route ownership across namespaces", Label("bounds"), func() {
 		key := client.ObjectKeyFromObject(w)
 		Eventually(watcherStatus(ctx, key)).Should(HaveField("State", v1beta2.StateError))
 		st, _ := watcherStatus(ctx, key)()
-		cond := meta.FindStatusCondition(st.Conditions, routing.ConditionVirtualService)
+		cond := meta.FindStatusCondition(st.Conditions, routeowner.ConditionVirtualService)
 		Expect(cond).NotTo(BeNil())
 		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
-		Expect(cond.Reason).To(Equal(routing.ReasonRouteConflict))
+		Expect(cond.Reason).To(Equal(routeowner.ReasonRouteConflict))
 		Expect(cond.Message).To(ContainSubstring(owner.Namespace + "/" + owner.Name))
-		Eventually(func() []string { return reasons(eventsFor(ctx, w)) }).Should(ContainElement("Warning/" + routing.ReasonRouteConflict))
+		Eventually(func() []string { return reasons(eventsFor(ctx, w)) }).Should(ContainElement("Warning/" + routeowner.ReasonRouteConflict))
 		_, err := getVS(ctx, key)()
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no VirtualService for a later claimant")
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 )
 
@@ -131,8 +132,8 @@ var _ = Describe("Lifecycle Manager's Watchers", func() {
 				Eventually(watcherStatus(ctx, key)).Should(And(
 					HaveField("State", v1beta2.StateError),
 					HaveField("Conditions", ContainElement(And(
-						HaveField("Type", routing.ConditionVirtualService),
-						HaveField("Reason", routing.ReasonRouteConflict),
+						HaveField("Type", routeowner.ConditionVirtualService),
+						HaveField("Reason", routeowner.ReasonRouteConflict),
 						HaveField("Message", ContainSubstring("owned by the older Watcher "+ns+"/"+owners[w.ManagerName()].Name)),
 					))),
 				), "Watcher %s", key.Name)
@@ -142,7 +143,7 @@ var _ = Describe("Lifecycle Manager's Watchers", func() {
 			}
 			if why, ok := unroutable[u.GetName()]; ok {
 				Eventually(watcherStatus(ctx, key)).Should(HaveField("Conditions", ContainElement(And(
-					HaveField("Type", routing.ConditionVirtualService),
+					HaveField("Type", routeowner.ConditionVirtualService),
 					HaveField("Status", metav1.ConditionFalse),
 					HaveField("Reason", routing.ReasonInvalidSpec),
 					HaveField("Message", HavePrefix("invalid spec: "+why)),
@@ -170,9 +171,9 @@ var _ = Describe("Lifecycle Manager's Watchers", func() {
 			Eventually(watcherStatus(ctx, key)).Should(And(
 				HaveField("State", v1beta2.StateReady),
 				HaveField("Conditions", ContainElement(And(
-					HaveField("Type", routing.ConditionVirtualService),
+					HaveField("Type", routeowner.ConditionVirtualService),
 					HaveField("Status", metav1.ConditionTrue),
-					HaveField("Reason", routing.ReasonApplied),
+					HaveField("Reason", routeowner.ReasonApplied),
 				))),
 			), "Watcher %s", key.Name)
 		}
@@ -259,7 +260,7 @@ var _ = Describe("vs-controller on a KCP that Lifecycle Manager set up", Ordered
 		return func() (*metav1.Condition, error) {
 			w := &v1beta2.Watcher{}
 			err := c.Get(ctx, client.ObjectKeyFromObject(watcher), w)
-			return meta.FindStatusCondition(w.Status.Conditions, routing.ConditionVirtualService), err
+			return meta.FindStatusCondition(w.Status.Conditions, routeowner.ConditionVirtualService), err
 		}
 	}
 
@@ -281,7 +282,7 @@ var _ = Describe("vs-controller on a KCP that Lifecycle Manager set up", Ordered
 		Eventually(vsCondition(ctx)).Should(And(
 			Not(BeNil()),
 			HaveField("Status", metav1.ConditionTrue),
-			HaveField("Reason", routing.ReasonApplied),
+			HaveField("Reason", routeowner.ReasonApplied),
 		))
 		key := client.ObjectKeyFromObject(lmVS)
 		// The fixture: same name and namespace as the Watcher, LM's

@@ -19,9 +19,10 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // Issue 24: the trust store ConfigMaps in the Kyma namespace remember the
@@ -56,7 +57,7 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 				Interval:              200 * time.Millisecond,
 			})
 			opts.SKRTimeout, opts.WatcherDebounce, opts.KubeconfigRetry = 3*time.Second, 50*time.Millisecond, time.Second
-			mgr, err := controllers.New(ctx, cluster.Config, opts)
+			mgr, err := vsmanager.New(ctx, cluster.Config, opts)
 			if err != nil {
 				return err
 			}
@@ -85,7 +86,7 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 		return func(g Gomega) []string {
 			s := &corev1.Secret{}
 			g.Expect(cluster.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, s)).To(Succeed())
-			gw, _ := trust.ParseBundle(s.Data[bundle.KeyCA])
+			gw, _ := trust.ParseBundle(s.Data[certificates.KeyCA])
 			vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 			g.Expect(cluster.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc)).To(Succeed())
 			g.Expect(vwc.Webhooks).NotTo(BeEmpty())
@@ -155,8 +156,8 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 			cm.Data[trust.StoreKey] += string(evil.PEM) + string(notCA.CertPEM)
 			Expect(cluster.Client.Update(ctx, cm)).To(Succeed())
 		}
-		refused := testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("runtime")) +
-			testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("gateway"))
+		refused := testutil.ToFloat64(vsmetrics.TrustStoreRefused.WithLabelValues("runtime")) +
+			testutil.ToFloat64(vsmetrics.TrustStoreRefused.WithLabelValues("gateway"))
 
 		By("restarting vs-controller: no runtime's SKR state is known")
 		stopMgr = startManager()
@@ -164,8 +165,8 @@ var _ = Describe("Poisoned trust store", Label("adversary"), Ordered, func() {
 			Eventually(storeHolds(ctx, s)).ShouldNot(ContainElements("attacker CA"), "the store is rewritten without them")
 		}
 		Eventually(func() float64 {
-			return testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("runtime")) +
-				testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("gateway")) - refused
+			return testutil.ToFloat64(vsmetrics.TrustStoreRefused.WithLabelValues("runtime")) +
+				testutil.ToFloat64(vsmetrics.TrustStoreRefused.WithLabelValues("gateway")) - refused
 		}).Should(BeEquivalentTo(4))
 		Expect(clientCABundle(ctx, cluster.Client, clientCA, commonName)(Gomega(Default))).To(Equal([]string{"runtime CA"}))
 

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
 )
 
 // Helpers of the specs that run vs-controller with the CA rotation on a KCP
@@ -39,8 +39,8 @@ func runUntilStopped(start func(ctx context.Context) error) func() {
 
 // rotationOptions are vs-controller's options with the CA rotation, the
 // trust options t, the suite's namespaces, issuer and bundle.
-func rotationOptions(t trust.Options) controllers.Options {
-	return controllers.Options{
+func rotationOptions(t trust.Options) vsmanager.Options {
+	return vsmanager.Options{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 		GatewayNamespace: gatewayNS, KymaNamespace: kymaNS,
 		Issuer:             cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"},

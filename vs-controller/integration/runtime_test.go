@@ -35,7 +35,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 )
@@ -138,14 +138,14 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 
 		tls := &corev1.Secret{}
 		Eventually(skrGet(ctx, tls, bundle.DefaultNamespace, bundle.SecretName)).Should(Succeed())
-		Expect(tls.Data[bundle.KeyCA]).To(Equal(ca.PEM))
-		leaf := parseCert(tls.Data[bundle.KeyCert])
+		Expect(tls.Data[certificates.KeyCA]).To(Equal(ca.PEM))
+		leaf := parseCert(tls.Data[certificates.KeyCert])
 		Expect(leaf.Subject.CommonName).To(Equal(runtimeID))
 		Expect(leaf.DNSNames).To(ContainElements(domain, "skr-webhook.kyma-system.svc", "skr-webhook.kyma-system.svc.cluster.local"))
-		Expect(tls.Data[bundle.KeyKey]).NotTo(BeEmpty())
+		Expect(tls.Data[certificates.KeyKey]).NotTo(BeEmpty())
 		kcpSecret := &corev1.Secret{}
 		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(runtimeID)}, kcpSecret)).To(Succeed())
-		Expect(tls.Data[bundle.KeyKey]).To(Equal(kcpSecret.Data[bundle.KeyKey]), "the SKR gets the issued key pair")
+		Expect(tls.Data[certificates.KeyKey]).To(Equal(kcpSecret.Data[certificates.KeyKey]), "the SKR gets the issued key pair")
 
 		dep := &appsv1.Deployment{}
 		Eventually(skrGet(ctx, dep, bundle.DefaultNamespace, bundle.Name)).Should(Succeed())
@@ -250,8 +250,8 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 			WithTimeout(3 * time.Second).Should(BeTrue())
 		Expect(kcp.Client.Create(ctx, thief)).To(Succeed())
 		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(And(
-			HaveField("Type", routing.ConditionVirtualService),
-			HaveField("Reason", routing.ReasonRouteConflict),
+			HaveField("Type", routeowner.ConditionVirtualService),
+			HaveField("Reason", routeowner.ReasonRouteConflict),
 			HaveField("Message", ContainSubstring("no webhook in any runtime")),
 		))))
 		// The runtime is reconciled after the thief exists (a later Watcher
@@ -292,7 +292,7 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 			WithTimeout(3 * time.Second).Should(BeTrue())
 		Expect(kcp.Client.Create(ctx, thief)).To(Succeed())
 		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(
-			HaveField("Reason", routing.ReasonRouteConflict))))
+			HaveField("Reason", routeowner.ReasonRouteConflict))))
 
 		By("forging VirtualServiceReady=True for the current generation, again and again")
 		forge := func(ctx context.Context) error {
@@ -301,8 +301,8 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 				return err
 			}
 			base := w.DeepCopy()
-			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routing.ConditionVirtualService, Status: metav1.ConditionTrue,
-				Reason: routing.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
+			meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: metav1.ConditionTrue,
+				Reason: routeowner.ReasonApplied, Message: "forged", ObservedGeneration: w.Generation})
 			w.Status.State = v1beta2.StateReady
 			return kcp.Client.Status().Patch(ctx, w, client.MergeFrom(base))
 		}
@@ -328,8 +328,8 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		stop()
 		<-done
 		Eventually(watcherStatus(ctx, client.ObjectKeyFromObject(thief))).Should(HaveField("Conditions", ContainElement(And(
-			HaveField("Type", routing.ConditionVirtualService), HaveField("Status", metav1.ConditionFalse),
-			HaveField("Reason", routing.ReasonRouteConflict)))))
+			HaveField("Type", routeowner.ConditionVirtualService), HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", routeowner.ReasonRouteConflict)))))
 
 		for _, w := range []*v1beta2.Watcher{thief, owner} {
 			Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
@@ -389,15 +389,15 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Eventually(func() ([]byte, error) {
 			s := &corev1.Secret{}
 			err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, s)
-			return s.Data[bundle.KeyCert], err
-		}).ShouldNot(Equal(old.Data[bundle.KeyCert]))
+			return s.Data[certificates.KeyCert], err
+		}).ShouldNot(Equal(old.Data[certificates.KeyCert]))
 		kcpSecret := &corev1.Secret{}
 		Expect(kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(runtimeID)}, kcpSecret)).To(Succeed())
 		Eventually(func() ([]byte, error) {
 			s := &corev1.Secret{}
 			err := skr.Client.Get(ctx, client.ObjectKey{Namespace: bundle.DefaultNamespace, Name: bundle.SecretName}, s)
-			return s.Data[bundle.KeyKey], err
-		}).Should(Equal(kcpSecret.Data[bundle.KeyKey]))
+			return s.Data[certificates.KeyKey], err
+		}).Should(Equal(kcpSecret.Data[certificates.KeyKey]))
 	})
 
 	It("reports an unreachable runtime in the Kyma's Events without blocking the others", func(ctx SpecContext) {

@@ -43,7 +43,7 @@ func skrLeafCN(ctx context.Context) func() (string, error) {
 		if err := skrGet(ctx, s, bundle.DefaultNamespace, bundle.SecretName)(); err != nil {
 			return "", err
 		}
-		return parseCert(s.Data[bundle.KeyCert]).Subject.CommonName, nil
+		return parseCert(s.Data[certificates.KeyCert]).Subject.CommonName, nil
 	}
 }
 
@@ -105,7 +105,7 @@ var _ = Describe("Least privilege: vs-controller's Secret cache", Label("bounds"
 		now := &corev1.Secret{}
 		Expect(kcp.Client.Get(ctx, client.ObjectKeyFromObject(issued), now)).To(Succeed())
 		Expect(now.Labels).To(HaveKeyWithValue(contract.LabelPartOf, contract.PartOf))
-		Expect(now.Data[bundle.KeyCert]).To(Equal(issued.Data[bundle.KeyCert]), "re-issued")
+		Expect(now.Data[certificates.KeyCert]).To(Equal(issued.Data[certificates.KeyCert]), "re-issued")
 	})
 
 	for _, labelled := range []bool{false, true} {

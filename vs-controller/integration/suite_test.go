@@ -31,8 +31,8 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
 )
 
 const (
@@ -90,7 +90,7 @@ var _ = BeforeSuite(func() {
 	}()
 	webhookIngressFrom, err = bundle.ParseIngressFrom(bundle.IngressFromGardener)
 	Expect(err).NotTo(HaveOccurred())
-	mgr, err := controllers.New(ctx, kcp.Config, controllers.Options{
+	mgr, err := vsmanager.New(ctx, kcp.Config, vsmanager.Options{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
 		GatewayNamespace:       gatewayNS,

@@ -18,9 +18,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/controllers"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // The trust window of a migration from Lifecycle Manager
@@ -45,7 +45,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 	// --migration-extra-ca-secret (zero: closed).
 	startManager := func(extra types.NamespacedName) func() {
 		return runUntilStopped(func(ctx context.Context) error {
-			mgr, err := controllers.New(ctx, cluster.Config, rotationOptions(trust.Options{
+			mgr, err := vsmanager.New(ctx, cluster.Config, rotationOptions(trust.Options{
 				CASecret:               types.NamespacedName{Namespace: kymaNS, Name: issuerName},
 				GatewayClientCASecret:  clientCA,
 				MigrationExtraCASecret: extra,
@@ -101,8 +101,8 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 	It("adds LM's CAs to the gateway's client CA bundle, and nowhere else, while the flag is given", func(ctx SpecContext) {
 		stopMgr = startManager(lmSecret)
 		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert), name(lmCAs[0]), name(lmCAs[1])}))
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.ClientCAExtraCAs) }).Should(BeEquivalentTo(2))
-		Expect(testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName))).To(BeEquivalentTo(1))
+		Eventually(func() float64 { return testutil.ToFloat64(vsmetrics.ClientCAExtraCAs) }).Should(BeEquivalentTo(2))
+		Expect(testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues(trust.MigrationAnchorName))).To(BeEquivalentTo(1))
 
 		// The runtime CA anchor — what SKRs are given — holds only ours.
 		store := &corev1.ConfigMap{}
@@ -118,8 +118,8 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 		s.Data["ca.crt"] = []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
 		Expect(cluster.Client.Update(ctx, s)).To(Succeed())
 		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert)}))
-		Expect(testutil.ToFloat64(metrics.ClientCAExtraCAs)).To(BeEquivalentTo(0))
-		Expect(testutil.ToFloat64(metrics.CASecretValid.WithLabelValues(trust.ExtraAnchorName))).To(BeEquivalentTo(0))
+		Expect(testutil.ToFloat64(vsmetrics.ClientCAExtraCAs)).To(BeEquivalentTo(0))
+		Expect(testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues(trust.MigrationAnchorName))).To(BeEquivalentTo(0))
 		Eventually(func(g Gomega) []string {
 			var list corev1.EventList
 			g.Expect(cluster.Client.List(ctx, &list, client.InNamespace(lmSecret.Namespace))).To(Succeed())
@@ -130,7 +130,7 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 				}
 			}
 			return out
-		}).Should(ContainElement(corev1.EventTypeWarning + "/" + trust.ReasonInvalidExtraCA))
+		}).Should(ContainElement(corev1.EventTypeWarning + "/" + trust.ReasonInvalidMigrationCA))
 
 		s.Data["ca.crt"] = lmCAPEM
 		Expect(cluster.Client.Update(ctx, s)).To(Succeed())
@@ -147,6 +147,6 @@ var _ = Describe("Trust window for Lifecycle Manager's CA", Ordered, func() {
 		stopMgr()
 		stopMgr = startManager(types.NamespacedName{})
 		Eventually(clientCABundle(ctx, cluster.Client, clientCA, name)).Should(Equal([]string{name(ourCA.Cert)}))
-		Expect(testutil.ToFloat64(metrics.ClientCAExtraCAs)).To(BeEquivalentTo(0))
+		Expect(testutil.ToFloat64(vsmetrics.ClientCAExtraCAs)).To(BeEquivalentTo(0))
 	})
 })

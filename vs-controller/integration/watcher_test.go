@@ -15,9 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
-	vsmetrics "github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // vsView is what a test checks of a VirtualService.
@@ -92,7 +93,7 @@ var _ = Describe("Watcher → VirtualService", func() {
 		Expect(metav1.IsControlledBy(vs, w)).To(BeTrue(), "owner reference to the Watcher")
 		Expect(w.Finalizers).To(ContainElement(routing.Finalizer))
 		Expect(vs.ManagedFields).To(ContainElement(And(
-			HaveField("Manager", apply.FieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationApply))),
+			HaveField("Manager", diffapply.FieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationApply))),
 			"written with server-side apply by the field owner")
 
 		Eventually(watcherStatus(ctx, key)).Should(And(
@@ -100,7 +101,7 @@ var _ = Describe("Watcher → VirtualService", func() {
 			HaveField("ObservedGeneration", w.Generation),
 		))
 		st, _ := watcherStatus(ctx, key)()
-		cond := meta.FindStatusCondition(st.Conditions, routing.ConditionVirtualService)
+		cond := meta.FindStatusCondition(st.Conditions, routeowner.ConditionVirtualService)
 		Expect(cond).NotTo(BeNil())
 		Expect(cond.Status).To(Equal(metav1.ConditionTrue))
 		Expect(cond.ObservedGeneration).To(Equal(w.Generation))
@@ -131,7 +132,7 @@ var _ = Describe("Watcher → VirtualService", func() {
 
 		Eventually(watcherStatus(ctx, key)).Should(HaveField("State", v1beta2.StateError))
 		st, _ := watcherStatus(ctx, key)()
-		cond := meta.FindStatusCondition(st.Conditions, routing.ConditionVirtualService)
+		cond := meta.FindStatusCondition(st.Conditions, routeowner.ConditionVirtualService)
 		Expect(cond).NotTo(BeNil())
 		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
 		Expect(cond.Reason).To(Equal(routing.ReasonNoGateway))
@@ -144,7 +145,7 @@ var _ = Describe("Watcher → VirtualService", func() {
 		Expect(kcp.Client.Create(ctx, newGateway("late-"+suffix, sel, "late.example.com"))).To(Succeed())
 		Eventually(watcherStatus(ctx, key)).Should(HaveField("State", v1beta2.StateReady))
 		Eventually(getVS(ctx, key)).Should(HaveField("Hosts", []string{"late.example.com"}))
-		Eventually(func() []string { return reasons(eventsFor(ctx, w)) }).Should(ContainElement("Normal/" + routing.ReasonApplied))
+		Eventually(func() []string { return reasons(eventsFor(ctx, w)) }).Should(ContainElement("Normal/" + routeowner.ReasonApplied))
 	})
 
 	It("reports an invalid spec", func(ctx SpecContext) {
@@ -233,11 +234,11 @@ var _ = Describe("Watcher → VirtualService", func() {
 
 		By("removing our hash annotation by hand")
 		Expect(kcp.Client.Get(ctx, key, vs)).To(Succeed())
-		delete(vs.Annotations, apply.HashAnnotation)
+		delete(vs.Annotations, diffapply.HashAnnotation)
 		Expect(kcp.Client.Update(ctx, vs, client.FieldOwner("kubectl-edit"))).To(Succeed())
 		Eventually(func() (string, error) {
 			err := kcp.Client.Get(ctx, key, vs)
-			return vs.Annotations[apply.HashAnnotation], err
+			return vs.Annotations[diffapply.HashAnnotation], err
 		}).ShouldNot(BeEmpty())
 
 		By("deleting it")

@@ -26,7 +26,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 // RoleName is the Role (in the Kyma namespace) that lets module-sync read
@@ -64,11 +64,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, kymas, client.InNamespace(r.KymaNamespace)); err != nil {
 		return reconcile.Result{}, err
 	}
-	role, err := apply.Desired(Desired(r.KymaNamespace, kymas.Items), rbacv1.SchemeGroupVersion.WithKind("Role"))
+	role, err := diffapply.Desired(Desired(r.KymaNamespace, kymas.Items), rbacv1.SchemeGroupVersion.WithKind("Role"))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if _, err := apply.Apply(ctx, r.Client, FieldOwner, role); err != nil {
+	if _, err := diffapply.Apply(ctx, r.Client, FieldOwner, role); err != nil {
 		return reconcile.Result{}, fmt.Errorf("write Role %s/%s: %w", r.KymaNamespace, RoleName, err)
 	}
 	return reconcile.Result{}, nil

@@ -5,7 +5,8 @@
 // outcome in the Watcher's status and in Kubernetes Events. A route (Gateway +
 // /v2/<manager>/event) belongs to the oldest Watcher claiming it, in any
 // namespace; later claimants get state Error, reason RouteConflict and no
-// VirtualService until the owner goes (ownership.go).
+// VirtualService until the owner goes (ownership.go; the rules of who holds
+// a route are package routeowner's).
 package routing
 
 import (
@@ -39,8 +40,9 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 const (
@@ -57,12 +59,9 @@ const (
 	// vs-controller's --gateway-namespace to it (docs/crd-versions.md).
 	LifecycleManagerGatewayNamespace = "kcp-system"
 
-	// ConditionVirtualService is the Watcher condition about its
-	// VirtualService.
-	ConditionVirtualService = "VirtualServiceReady"
-
-	// Condition reasons (also Event reasons).
-	ReasonApplied        = "VirtualServiceApplied"
+	// Condition reasons (also Event reasons) of the condition
+	// routeowner.ConditionVirtualService, beside routeowner.ReasonApplied
+	// and routeowner.ReasonRouteConflict.
 	ReasonNoGateway      = "NoGatewayMatches"
 	ReasonNoHosts        = "GatewaysHaveNoHosts"
 	ReasonInvalidSpec    = "InvalidSpec"
@@ -141,8 +140,8 @@ func (routeConditionChanged) Update(e event.UpdateEvent) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	oc := meta.FindStatusCondition(o.Status.Conditions, ConditionVirtualService)
-	nc := meta.FindStatusCondition(n.Status.Conditions, ConditionVirtualService)
+	oc := meta.FindStatusCondition(o.Status.Conditions, routeowner.ConditionVirtualService)
+	nc := meta.FindStatusCondition(n.Status.Conditions, routeowner.ConditionVirtualService)
 	if oc == nil || nc == nil {
 		return oc != nc
 	}
@@ -188,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.Patch(ctx, w, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
-		metrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
+		vsmetrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
 	}
 
 	vs, reason, err := r.desired(ctx, w)
@@ -208,13 +207,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if owner != nil {
 		// Not ours to route: no VirtualService (an earlier one goes).
-		metrics.VirtualServiceReconciles.WithLabelValues("route-conflict").Inc()
+		vsmetrics.VirtualServiceReconciles.WithLabelValues("route-conflict").Inc()
 		if derr := r.deleteVirtualService(ctx, w); derr != nil {
-			return ctrl.Result{}, errors.Join(r.fail(ctx, w, ReasonRouteConflict, conflictError(w, owner, gateway)), derr)
+			return ctrl.Result{}, errors.Join(r.fail(ctx, w, routeowner.ReasonRouteConflict, conflictError(w, owner, gateway)), derr)
 		}
-		return ctrl.Result{}, r.fail(ctx, w, ReasonRouteConflict, conflictError(w, owner, gateway))
+		return ctrl.Result{}, r.fail(ctx, w, routeowner.ReasonRouteConflict, conflictError(w, owner, gateway))
 	}
-	desired, err := apply.Desired(vs, virtualServiceGVK)
+	desired, err := diffapply.Desired(vs, virtualServiceGVK)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -227,18 +226,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	default:
 		live = cur
 	}
-	wrote, err := apply.Ensure(ctx, r.Client, apply.FieldOwner, desired, live)
+	wrote, err := diffapply.Ensure(ctx, r.Client, diffapply.FieldOwner, desired, live)
 	if err != nil {
-		metrics.VirtualServiceReconciles.WithLabelValues("apply-failed").Inc()
+		vsmetrics.VirtualServiceReconciles.WithLabelValues("apply-failed").Inc()
 		return ctrl.Result{}, r.fail(ctx, w, ReasonApplyFailed, err)
 	}
 	if wrote {
-		metrics.WatcherWrites.WithLabelValues("virtualservice").Inc()
-		metrics.VirtualServiceReconciles.WithLabelValues("applied").Inc()
+		vsmetrics.WatcherWrites.WithLabelValues("virtualservice").Inc()
+		vsmetrics.VirtualServiceReconciles.WithLabelValues("applied").Inc()
 	} else {
-		metrics.VirtualServiceReconciles.WithLabelValues("unchanged").Inc()
+		vsmetrics.VirtualServiceReconciles.WithLabelValues("unchanged").Inc()
 	}
-	return ctrl.Result{}, r.setStatus(ctx, w, v1beta2.StateReady, metav1.ConditionTrue, ReasonApplied,
+	return ctrl.Result{}, r.setStatus(ctx, w, v1beta2.StateReady, metav1.ConditionTrue, routeowner.ReasonApplied,
 		fmt.Sprintf("VirtualService routes %s through %d Gateway(s)", contract.EventPath(w.ManagerName()), len(vs.Spec.Gateways)))
 }
 
@@ -354,7 +353,7 @@ func (r *Reconciler) setStatus(ctx context.Context, w *v1beta2.Watcher, state v1
 	next.State = state
 	next.ObservedGeneration = w.Generation
 	changed := meta.SetStatusCondition(&next.Conditions, metav1.Condition{
-		Type: ConditionVirtualService, Status: status, Reason: reason, Message: msg, ObservedGeneration: w.Generation,
+		Type: routeowner.ConditionVirtualService, Status: status, Reason: reason, Message: msg, ObservedGeneration: w.Generation,
 	})
 	if equality.Semantic.DeepEqual(&w.Status, next) {
 		return nil
@@ -364,7 +363,7 @@ func (r *Reconciler) setStatus(ctx context.Context, w *v1beta2.Watcher, state v1
 	if err := r.Client.Status().Patch(ctx, w, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
-	metrics.WatcherWrites.WithLabelValues("watcher-status").Inc()
+	vsmetrics.WatcherWrites.WithLabelValues("watcher-status").Inc()
 	if changed && r.Recorder != nil {
 		typ := corev1.EventTypeNormal
 		if status != metav1.ConditionTrue {
@@ -388,7 +387,7 @@ func (r *Reconciler) finalize(ctx context.Context, w *v1beta2.Watcher) error {
 	if err := r.Client.Patch(ctx, w, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
-	metrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
+	vsmetrics.WatcherWrites.WithLabelValues("watcher-finalizer").Inc()
 	return nil
 }
 
@@ -413,8 +412,8 @@ func (r *Reconciler) deleteVirtualService(ctx context.Context, w *v1beta2.Watche
 		}
 		return fmt.Errorf("delete VirtualService: %w", err)
 	}
-	metrics.WatcherWrites.WithLabelValues("virtualservice-delete").Inc()
-	metrics.VirtualServiceReconciles.WithLabelValues("deleted").Inc()
+	vsmetrics.WatcherWrites.WithLabelValues("virtualservice-delete").Inc()
+	vsmetrics.VirtualServiceReconciles.WithLabelValues("deleted").Inc()
 	return nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -21,7 +21,7 @@ const ReasonExpiringSoon = "CertificateExpiringSoon"
 // trustFor is the trust a runtime's bundle carries (trust.Keeper's
 // RuntimeTrust; without a keeper the runtime certificate's ca.crt); ok is
 // false while the runtime must wait for the trust bundles.
-func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string, tls *bundle.TLS) (trust.RuntimeTrust, bool) {
+func (r *Reconciler) trustFor(ctx context.Context, kyma client.Object, id string, tls *certificates.TLS) (trust.RuntimeTrust, bool) {
 	certs, _ := trust.ParseBundle(tls.Cert)
 	var leaf *x509.Certificate
 	if len(certs) > 0 {

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
@@ -54,7 +54,7 @@ func TestExpiringSoonIsLoggedAndReported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := r.trustFor(ctx, kyma, "runtime-a", &bundle.TLS{CA: ca.PEM, Cert: leaf.CertPEM}); !ok {
+		if _, ok := r.trustFor(ctx, kyma, "runtime-a", &certificates.TLS{CA: ca.PEM, Cert: leaf.CertPEM}); !ok {
 			t.Fatalf("%s left: no trust without a trust keeper", tc.left)
 		}
 		evs := events()

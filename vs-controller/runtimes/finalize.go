@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 // finalize removes the SKR bundle (when the kubeconfig Secret still exists;
@@ -78,7 +78,7 @@ func (r *Reconciler) removeBundle(ctx context.Context, skr client.Client) error 
 			}
 			return fmt.Errorf("read %s %s in the runtime: %w", t.GVK.Kind, t.Key, err)
 		}
-		if _, ours := obj.GetAnnotations()[apply.HashAnnotation]; !ours {
+		if _, ours := obj.GetAnnotations()[diffapply.HashAnnotation]; !ours {
 			continue
 		}
 		uid := obj.GetUID()

@@ -7,14 +7,14 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // kubeconfig reads runtime id's kubeconfig (skrclient.Kubeconfig); nil
 // without error when its Secret does not exist.
 //
 // The manager's cache holds only Secrets labelled
-// contract.LabelPartOf=contract.PartOf (controllers.New, least privilege).
+// contract.LabelPartOf=contract.PartOf (vsmanager.New, least privilege).
 // Kubeconfig Secrets are the platform's, not ours, and Lifecycle Manager
 // reads them without any label: requiring one would break every runtime
 // whose provisioner does not set it. So a kubeconfig Secret the cache does
@@ -37,7 +37,7 @@ func (r *Reconciler) kubeconfig(ctx context.Context, runtimeKey, id string) ([]b
 			log.FromContext(ctx).Info("kubeconfig Secret lacks the cache label: read from the API server at every pass, its changes trigger no pass; label it to have them cached and watched",
 				"secret", r.KymaNamespace+"/"+skrclient.SecretName(id), "label", contract.LabelPartOf+"="+contract.PartOf)
 		}
-		metrics.KubeconfigUncachedReads.Inc()
+		vsmetrics.KubeconfigUncachedReads.Inc()
 		return data, nil
 	}
 	return data, err

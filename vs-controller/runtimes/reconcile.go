@@ -19,12 +19,11 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // Reconcile brings one runtime's Certificate and SKR bundle up to date.
@@ -91,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		recordOutcome("invalid-kubeconfig")
 		return ctrl.Result{}, nil
 	}
-	btls := &bundle.TLS{CA: trusted.GatewayCA, Cert: tls.Cert, Key: tls.Key}
+	btls := &certificates.TLS{CA: trusted.GatewayCA, Cert: tls.Cert, Key: tls.Key}
 	proceed, res, err := r.TakeOver.Adopt(ctx, kyma, req.String(), skr, btls, trusted.CABundle)
 	if err == nil && !proceed {
 		return res, nil
@@ -127,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// The readiness check verifies our webhook with the runtime CA bundle
 	// (btls.CA is the gateway's, for the SKR's ca.crt).
-	if res, err := r.TakeOver.Finish(ctx, kyma, req.String(), skr, &bundle.TLS{CA: trusted.CABundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
+	if res, err := r.TakeOver.Finish(ctx, kyma, req.String(), skr, &certificates.TLS{CA: trusted.CABundle, Cert: tls.Cert, Key: tls.Key}); err != nil || res.RequeueAfter > 0 {
 		return res, skrclient.BoundedError(err)
 	}
 	if r.Resync > 0 {
@@ -147,7 +146,7 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, 
 	if r.CertificateRenewBefore > 0 {
 		crt.Spec.RenewBefore = &metav1.Duration{Duration: r.CertificateRenewBefore}
 	}
-	desired, err := apply.Desired(crt, certificates.GVK)
+	desired, err := diffapply.Desired(crt, certificates.GVK)
 	if err != nil {
 		return err
 	}
@@ -160,7 +159,7 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, 
 	default:
 		live = cur
 	}
-	wrote, err := apply.Ensure(ctx, r.Client, FieldOwner, desired, live)
+	wrote, err := diffapply.Ensure(ctx, r.Client, FieldOwner, desired, live)
 	if wrote {
 		recordWrite("certificate")
 	}
@@ -169,18 +168,18 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, 
 
 // desiredBundle is the SKR bundle in apply order, its webhook configuration
 // and managers ConfigMap built from all Watchers, with caBundle; tls.CA is the Secret's ca.crt.
-func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
+func (r *Reconciler) desiredBundle(ctx context.Context, tls *certificates.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
 	var watchers v1beta2.WatcherList
 	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	// Who holds a route comes from the VirtualServices vs-controller
 	// owns, never from a Watcher's status (writable by its author).
-	holders, err := routing.RouteHolders(ctx, r.Client)
+	holders, err := routeowner.RouteHolders(ctx, r.Client)
 	if err != nil {
 		return nil, err
 	}
-	trusted := routing.TrustRoutes(watchers.Items, holders)
+	trusted := routeowner.TrustRoutes(watchers.Items, holders)
 	vwc, err := r.webhooks.Desired(r.Bundle, trusted, caBundle)
 	if err != nil {
 		return nil, err
@@ -192,7 +191,7 @@ func (r *Reconciler) desiredBundle(ctx context.Context, tls *bundle.TLS, caBundl
 // returns how many it wrote. An object known to be up to date at its
 // current resourceVersion costs one metadata read; others are read in full
 // and compared.
-func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr client.Client, tls *bundle.TLS, caBundle []byte) (int, error) {
+func (r *Reconciler) applyBundle(ctx context.Context, runtimeKey string, skr client.Client, tls *certificates.TLS, caBundle []byte) (int, error) {
 	objs, err := r.desiredBundle(ctx, tls, caBundle)
 	if err != nil {
 		return 0, err
@@ -206,7 +205,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr cl
 	for _, desired := range objs {
 		key := client.ObjectKeyFromObject(desired)
 		memoKey := runtimeKey + "|" + desired.GetKind() + "|" + key.String()
-		hash := desired.GetAnnotations()[apply.HashAnnotation]
+		hash := desired.GetAnnotations()[diffapply.HashAnnotation]
 		readErr := func(err error) error {
 			return fmt.Errorf("read %s %s in the runtime: %w", desired.GetKind(), key, err)
 		}
@@ -229,7 +228,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr cl
 				live = full
 			}
 		}
-		ok, err := apply.UpToDate(desired, live)
+		ok, err := diffapply.UpToDate(desired, live)
 		if err != nil {
 			return wrote, err
 		}
@@ -237,7 +236,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, runtimeKey string, skr cl
 			r.memo.Record(memoKey, live.GetResourceVersion(), hash)
 			continue
 		}
-		rv, err := apply.Apply(ctx, skr, FieldOwner, desired)
+		rv, err := diffapply.Apply(ctx, skr, FieldOwner, desired)
 		if err != nil {
 			return wrote, err
 		}
@@ -254,9 +253,9 @@ func (r *Reconciler) event(kyma runtime.Object, typ, reason, msg string) {
 	}
 }
 
-func recordWrite(kind string) { metrics.RuntimeWrites.WithLabelValues(kind).Inc() }
+func recordWrite(kind string) { vsmetrics.RuntimeWrites.WithLabelValues(kind).Inc() }
 
-func recordOutcome(result string) { metrics.RuntimeReconciles.WithLabelValues(result).Inc() }
+func recordOutcome(result string) { vsmetrics.RuntimeReconciles.WithLabelValues(result).Inc() }
 
 // isUnreachable tells network and timeout failures from API errors.
 func isUnreachable(err error) bool {

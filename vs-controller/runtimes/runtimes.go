@@ -38,8 +38,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
@@ -49,8 +50,8 @@ const (
 	// before the Kyma goes away.
 	Finalizer = "operator.kyma-project.io/runtime-watcher"
 	// FieldOwner is the server-side apply field manager, in the KCP and in
-	// every SKR (apply.FieldOwner).
-	FieldOwner = apply.FieldOwner
+	// every SKR (diffapply.FieldOwner).
+	FieldOwner = diffapply.FieldOwner
 	// ControllerName names the controller (logs, metrics).
 	ControllerName = "runtime-skr-bundle"
 	// DefaultKymaNamespace is where Kyma CRs, kubeconfig Secrets and
@@ -80,7 +81,7 @@ var kymaGVK = v1beta2.KymaGroupVersionKind
 type Reconciler struct {
 	// Client of the KCP (the manager's cached client). Its cache holds only
 	// the Secrets labelled contract.LabelPartOf=contract.PartOf
-	// (controllers.New).
+	// (vsmanager.New).
 	Client client.Client
 	// APIReader reads the KCP uncached (the manager's GetAPIReader): the
 	// kubeconfig Secrets the cache does not hold (kubeconfig.go). Without
@@ -128,7 +129,7 @@ type Reconciler struct {
 	// takeover.TakeOver with Adoption when nil.
 	TakeOver TakeOver
 
-	memo apply.Memo
+	memo diffapply.Memo
 	// unlabelled: runtime key -> true once an unlabelled kubeconfig Secret
 	// was logged (once per runtime and process).
 	unlabelled sync.Map
@@ -154,10 +155,10 @@ type Reconciler struct {
 // reconciler uses it (takeover.TakeOver).
 type TakeOver interface {
 	// Adopt runs before the bundle pass; the pass runs only when proceed.
-	Adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, tls *bundle.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error)
+	Adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, tls *certificates.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error)
 	// Finish runs after a successful bundle pass (tls.CA: the runtime CA
 	// bundle).
-	Finish(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, tls *bundle.TLS) (ctrl.Result, error)
+	Finish(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, tls *certificates.TLS) (ctrl.Result, error)
 	// Forget drops what is known of a runtime (removed).
 	Forget(runtimeKey string)
 }
@@ -165,7 +166,7 @@ type TakeOver interface {
 // skrBundle is the reconciler's bundle as the take-over uses it.
 type skrBundle struct{ r *Reconciler }
 
-func (b skrBundle) Desired(ctx context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
+func (b skrBundle) Desired(ctx context.Context, tls *certificates.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
 	return b.r.desiredBundle(ctx, tls, caBundle)
 }
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 const (
@@ -105,10 +105,10 @@ func (r *TakeOver) setTakeOverCondition(ctx context.Context, kyma client.Object,
 		if err := unstructured.SetNestedSlice(live.Object, conds, "status", "conditions"); err != nil {
 			return err
 		}
-		if err := r.Client.Status().Patch(ctx, live, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(apply.FieldOwner)); err != nil {
+		if err := r.Client.Status().Patch(ctx, live, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(diffapply.FieldOwner)); err != nil {
 			return err
 		}
-		metrics.RuntimeWrites.WithLabelValues("kyma-status").Inc()
+		vsmetrics.RuntimeWrites.WithLabelValues("kyma-status").Inc()
 		return nil
 	})
 	if err != nil {

@@ -54,9 +54,10 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 const (
@@ -77,7 +78,7 @@ const (
 
 // ReadyFunc tells whether the webhook of a Deployment in the runtime serves.
 // tls is the runtime's certificate (its CA verifies the webhook).
-type ReadyFunc func(ctx context.Context, skr client.Client, deployment client.ObjectKey, tls *bundle.TLS) (bool, error)
+type ReadyFunc func(ctx context.Context, skr client.Client, deployment client.ObjectKey, tls *certificates.TLS) (bool, error)
 
 // Options configure the take-over of runtimes LM set up.
 type Options struct {
@@ -92,7 +93,7 @@ type Options struct {
 }
 
 // DeploymentReady: the Deployment has at least one ready replica.
-func DeploymentReady(ctx context.Context, skr client.Client, key client.ObjectKey, _ *bundle.TLS) (bool, error) {
+func DeploymentReady(ctx context.Context, skr client.Client, key client.ObjectKey, _ *certificates.TLS) (bool, error) {
 	d := &appsv1.Deployment{}
 	if err := skr.Get(ctx, key, d); err != nil {
 		return false, client.IgnoreNotFound(err)
@@ -105,7 +106,7 @@ func DeploymentReady(ctx context.Context, skr client.Client, key client.ObjectKe
 // url answers over TLS verified with the runtime's CA. The Deployment is
 // not consulted.
 func URLReady(url string) ReadyFunc {
-	return func(ctx context.Context, _ client.Client, _ client.ObjectKey, t *bundle.TLS) (bool, error) {
+	return func(ctx context.Context, _ client.Client, _ client.ObjectKey, t *certificates.TLS) (bool, error) {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(t.CA) {
 			return false, fmt.Errorf("runtime CA: no certificate")
@@ -132,7 +133,7 @@ type Bundle interface {
 	// Desired is the runtime's SKR bundle in apply order for the runtime
 	// certificate tls (tls.CA: the Secret's ca.crt) and the webhook
 	// configuration's caBundle.
-	Desired(ctx context.Context, tls *bundle.TLS, caBundle []byte) ([]*unstructured.Unstructured, error)
+	Desired(ctx context.Context, tls *certificates.TLS, caBundle []byte) ([]*unstructured.Unstructured, error)
 	// Apply writes those of objs that differ from the SKR's and returns
 	// how many it wrote.
 	Apply(ctx context.Context, runtimeKey string, skr client.Client, objs []*unstructured.Unstructured) (int, error)
@@ -196,7 +197,7 @@ func (r *TakeOver) poll() ctrl.Result {
 
 // Adopt runs before the bundle pass. It reports whether the bundle pass may
 // run; when not, res says when to look again.
-func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *bundle.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error) {
+func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *certificates.TLS, caBundle []byte) (proceed bool, res ctrl.Result, err error) {
 	if _, clean := r.adopted.Load(runtimeKey); clean {
 		return true, ctrl.Result{}, nil
 	}
@@ -232,7 +233,7 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 		r.event(kyma, corev1.EventTypeWarning, ReasonLMActive, fmt.Sprintf(
 			"Lifecycle Manager's skr-webhook is in the runtime (%d object(s))%s, and LM is not stopped for it: label this Kyma %s=true; the take-over waits",
 			len(lm), onLM, SkipReconciliationLabel))
-		metrics.Adoptions.WithLabelValues("lm-active").Inc()
+		vsmetrics.Adoptions.WithLabelValues("lm-active").Inc()
 		// The label's arrival triggers the next pass (the runtime reconciler watches it); the
 		// resync looks again in case LM's objects go another way.
 		if r.Resync > 0 {
@@ -243,7 +244,7 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 	// Errors are reported by Reconcile like the bundle pass's
 	// (RuntimeUnreachable or SKRBundleFailed).
 	fail := func(err error) (bool, ctrl.Result, error) {
-		metrics.Adoptions.WithLabelValues("failed").Inc()
+		vsmetrics.Adoptions.WithLabelValues("failed").Inc()
 		return false, ctrl.Result{}, fmt.Errorf("take over from Lifecycle Manager: %w", err)
 	}
 
@@ -283,7 +284,7 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 	}{{ns, bundle.NamespaceGVK}, {bundle.TakeoverSecret(r.Bundle, *t), bundle.SecretGVK}, {dep, bundle.DeploymentGVK}}
 	side := make([]*unstructured.Unstructured, 0, len(objs)+len(managers))
 	for _, o := range objs {
-		u, err := apply.Desired(o.obj, o.gvk)
+		u, err := diffapply.Desired(o.obj, o.gvk)
 		if err != nil {
 			return fail(err)
 		}
@@ -297,14 +298,14 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 	}
 
 	// 3. Wait for it.
-	ok, err := r.ready()(ctx, skr, client.ObjectKeyFromObject(dep), &bundle.TLS{CA: caBundle, Cert: t.Cert, Key: t.Key})
+	ok, err := r.ready()(ctx, skr, client.ObjectKeyFromObject(dep), &certificates.TLS{CA: caBundle, Cert: t.Cert, Key: t.Key})
 	if err != nil {
 		return fail(err)
 	}
 	if !ok {
 		r.event(kyma, corev1.EventTypeNormal, ReasonAdoptionWaits,
 			fmt.Sprintf("taking over from Lifecycle Manager: waiting for Deployment %s/%s to be ready before admission is switched", dep.Namespace, dep.Name))
-		metrics.Adoptions.WithLabelValues("waiting-for-webhook").Inc()
+		vsmetrics.Adoptions.WithLabelValues("waiting-for-webhook").Inc()
 		return false, r.poll(), nil
 	}
 
@@ -316,7 +317,7 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 		if err := replaceLifecycleManagers(ctx, skr, desired); err != nil {
 			return fail(err)
 		}
-		metrics.RuntimeWrites.WithLabelValues("skr-adopt-" + desired.GetKind()).Inc()
+		vsmetrics.RuntimeWrites.WithLabelValues("skr-adopt-" + desired.GetKind()).Inc()
 	}
 
 	// 5. LM's other objects.
@@ -335,7 +336,7 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 	}
 	r.event(kyma, corev1.EventTypeNormal, ReasonAdopted, fmt.Sprintf(
 		"took over from Lifecycle Manager: admission switched to runtime-watcher's skr-webhook, %d object(s) of LM removed", removed))
-	metrics.Adoptions.WithLabelValues("switched").Inc()
+	vsmetrics.Adoptions.WithLabelValues("switched").Inc()
 	r.lmCerts.forget(runtimeKey)
 	r.SKR.ForgetApplied(runtimeKey)
 	if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takenOver); err != nil {
@@ -352,7 +353,7 @@ var takenOver = takeOverCondition(metav1.ConditionTrue, CondReasonTakenOver,
 // Finish runs after a successful bundle pass: once our skr-webhook
 // Deployment is ready it removes the take-over objects, then remembers the
 // runtime as clean (no more reads for LM's objects until it is forgotten).
-func (r *TakeOver) Finish(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *bundle.TLS) (ctrl.Result, error) {
+func (r *TakeOver) Finish(ctx context.Context, kyma client.Object, runtimeKey string, skr client.Client, t *certificates.TLS) (ctrl.Result, error) {
 	if _, clean := r.adopted.Load(runtimeKey); clean {
 		return ctrl.Result{}, nil
 	}
@@ -383,14 +384,14 @@ func (r *TakeOver) Finish(ctx context.Context, kyma client.Object, runtimeKey st
 		return ctrl.Result{}, err
 	}
 	if !ok {
-		metrics.Adoptions.WithLabelValues("waiting-for-webhook").Inc()
+		vsmetrics.Adoptions.WithLabelValues("waiting-for-webhook").Inc()
 		return r.poll(), nil
 	}
 	if err := deleteRefs(ctx, skr, refs, func(metav1.Object) bool { return true }); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.event(kyma, corev1.EventTypeNormal, ReasonAdoptionDone, "take-over from Lifecycle Manager completed: the take-over Deployment and Secret are removed")
-	metrics.Adoptions.WithLabelValues("completed").Inc()
+	vsmetrics.Adoptions.WithLabelValues("completed").Inc()
 	r.adopted.Store(runtimeKey, true)
 	return ctrl.Result{}, nil
 }
@@ -418,10 +419,10 @@ func (r *TakeOver) trustOurCA(ctx context.Context, skr client.Client, ca []byte)
 	if !changed {
 		return nil
 	}
-	if err := skr.Update(ctx, vwc, client.FieldOwner(apply.FieldOwner)); err != nil {
+	if err := skr.Update(ctx, vwc, client.FieldOwner(diffapply.FieldOwner)); err != nil {
 		return fmt.Errorf("add our CA to Lifecycle Manager's webhook configuration: %w", err)
 	}
-	metrics.RuntimeWrites.WithLabelValues("skr-adopt-ca").Inc()
+	vsmetrics.RuntimeWrites.WithLabelValues("skr-adopt-ca").Inc()
 	return nil
 }
 
@@ -489,7 +490,7 @@ func replaceLifecycleManagers(ctx context.Context, skr client.Client, desired *u
 		kept = []metav1.ManagedFieldsEntry{{}}
 	}
 	live.SetManagedFields(kept)
-	if err := skr.Update(ctx, live, client.FieldOwner(apply.FieldOwner)); err != nil {
+	if err := skr.Update(ctx, live, client.FieldOwner(diffapply.FieldOwner)); err != nil {
 		return fmt.Errorf("take over %s %s: %w", desired.GetKind(), client.ObjectKeyFromObject(desired), err)
 	}
 	return ownByApply(ctx, skr, desired)
@@ -506,10 +507,10 @@ const beforeFirstApply = "before-first-apply"
 // removed by a later apply that leaves them out (a deleted Watcher's
 // webhook would stay). It applies desired (same values: no change of
 // content), then drops the Update entries of vs-controller and
-// before-first-apply.
+// before-first-diffapply.
 func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Unstructured) error {
 	key := client.ObjectKeyFromObject(desired)
-	if err := skr.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired.DeepCopy()), client.FieldOwner(apply.FieldOwner), client.ForceOwnership); err != nil {
+	if err := skr.Apply(ctx, client.ApplyConfigurationFromUnstructured(desired.DeepCopy()), client.FieldOwner(diffapply.FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("take over %s %s: apply: %w", desired.GetKind(), key, err)
 	}
 	live := &unstructured.Unstructured{}
@@ -519,7 +520,7 @@ func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Un
 	}
 	var kept []metav1.ManagedFieldsEntry
 	for _, e := range live.GetManagedFields() {
-		if e.Operation != metav1.ManagedFieldsOperationUpdate || e.Manager != apply.FieldOwner && e.Manager != beforeFirstApply {
+		if e.Operation != metav1.ManagedFieldsOperationUpdate || e.Manager != diffapply.FieldOwner && e.Manager != beforeFirstApply {
 			kept = append(kept, e)
 		}
 	}
@@ -527,7 +528,7 @@ func ownByApply(ctx context.Context, skr client.Client, desired *unstructured.Un
 		return nil
 	}
 	live.SetManagedFields(kept)
-	if err := skr.Update(ctx, live, client.FieldOwner(apply.FieldOwner)); err != nil {
+	if err := skr.Update(ctx, live, client.FieldOwner(diffapply.FieldOwner)); err != nil {
 		return fmt.Errorf("take over %s %s: field ownership: %w", desired.GetKind(), key, err)
 	}
 	return nil
@@ -565,13 +566,13 @@ func deleteRefs(ctx context.Context, skr client.Client, refs []bundle.Ref, match
 		if err := skr.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete %s %s in the runtime: %w", ref.GVK.Kind, ref.Key, err)
 		}
-		metrics.RuntimeWrites.WithLabelValues("skr-adopt-delete").Inc()
+		vsmetrics.RuntimeWrites.WithLabelValues("skr-adopt-delete").Inc()
 	}
 	return nil
 }
 
 // lmCertificates tracks the runtimes still on LM's certificate
-// (metrics.RuntimesOnLMCertificate, and metrics.RuntimeOnLMCertificate per
+// (vsmetrics.RuntimesOnLMCertificate, and vsmetrics.RuntimeOnLMCertificate per
 // runtime). Safe for concurrent use.
 type lmCertificates struct {
 	mu sync.Mutex
@@ -591,11 +592,11 @@ func (c *lmCertificates) set(runtimeKey string, v lmCertificate) {
 		c.m = map[string]lmCertificate{}
 	}
 	if old, ok := c.m[runtimeKey]; ok && (old.runtimeID != v.runtimeID || old.kyma != v.kyma) {
-		metrics.RuntimeOnLMCertificate.DeleteLabelValues(old.runtimeID, old.kyma)
+		vsmetrics.RuntimeOnLMCertificate.DeleteLabelValues(old.runtimeID, old.kyma)
 	}
 	c.m[runtimeKey] = v
-	metrics.RuntimeOnLMCertificate.WithLabelValues(v.runtimeID, v.kyma).Set(1)
-	metrics.RuntimesOnLMCertificate.Set(float64(len(c.m)))
+	vsmetrics.RuntimeOnLMCertificate.WithLabelValues(v.runtimeID, v.kyma).Set(1)
+	vsmetrics.RuntimesOnLMCertificate.Set(float64(len(c.m)))
 }
 
 func (c *lmCertificates) forget(runtimeKey string) {
@@ -606,8 +607,8 @@ func (c *lmCertificates) forget(runtimeKey string) {
 		return
 	}
 	delete(c.m, runtimeKey)
-	metrics.RuntimeOnLMCertificate.DeleteLabelValues(old.runtimeID, old.kyma)
-	metrics.RuntimesOnLMCertificate.Set(float64(len(c.m)))
+	vsmetrics.RuntimeOnLMCertificate.DeleteLabelValues(old.runtimeID, old.kyma)
+	vsmetrics.RuntimesOnLMCertificate.Set(float64(len(c.m)))
 }
 
 // lmCertificateIssuer reads LM's Secret skr-webhook-tls in the runtime and
@@ -618,7 +619,7 @@ func lmCertificateIssuer(ctx context.Context, skr client.Client, key client.Obje
 	if err := skr.Get(ctx, key, s); err != nil {
 		return "", err
 	}
-	b, _ := pem.Decode(s.Data[bundle.KeyCert])
+	b, _ := pem.Decode(s.Data[certificates.KeyCert])
 	if b == nil {
 		return "unparsable", nil
 	}

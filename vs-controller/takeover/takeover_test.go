@@ -18,7 +18,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 func TestURLReady(t *testing.T) {
@@ -47,16 +48,16 @@ func TestURLReady(t *testing.T) {
 	other.Close()
 
 	ctx := context.Background()
-	if ok, err := URLReady(srv.URL)(ctx, nil, client.ObjectKey{}, &bundle.TLS{CA: ca}); !ok || err != nil {
+	if ok, err := URLReady(srv.URL)(ctx, nil, client.ObjectKey{}, &certificates.TLS{CA: ca}); !ok || err != nil {
 		t.Errorf("serving with a certificate of the runtime CA: ready %t, %v", ok, err)
 	}
-	if ok, err := URLReady(srv.URL)(ctx, nil, client.ObjectKey{}, &bundle.TLS{CA: otherCA}); ok || err != nil {
+	if ok, err := URLReady(srv.URL)(ctx, nil, client.ObjectKey{}, &certificates.TLS{CA: otherCA}); ok || err != nil {
 		t.Errorf("serving with a certificate of another CA (LM's webhook): ready %t, %v; want not ready", ok, err)
 	}
-	if ok, err := URLReady("https://"+other.Listener.Addr().String())(ctx, nil, client.ObjectKey{}, &bundle.TLS{CA: ca}); ok || err != nil {
+	if ok, err := URLReady("https://"+other.Listener.Addr().String())(ctx, nil, client.ObjectKey{}, &certificates.TLS{CA: ca}); ok || err != nil {
 		t.Errorf("nothing listening: ready %t, %v", ok, err)
 	}
-	if _, err := URLReady(srv.URL)(ctx, nil, client.ObjectKey{}, &bundle.TLS{CA: []byte("garbage")}); err == nil {
+	if _, err := URLReady(srv.URL)(ctx, nil, client.ObjectKey{}, &certificates.TLS{CA: []byte("garbage")}); err == nil {
 		t.Error("a runtime CA without a certificate must be an error")
 	}
 }
@@ -87,20 +88,20 @@ func TestLMCertificatesGauge(t *testing.T) {
 	c.set("kcp-system/a", a)
 	c.set("kcp-system/b", lmCertificate{runtimeID: "runtime-b", kyma: "b", issuer: "CN=klm"})
 	c.set("kcp-system/a", a)
-	if n := testutil.ToFloat64(metrics.RuntimesOnLMCertificate); n != 2 {
+	if n := testutil.ToFloat64(vsmetrics.RuntimesOnLMCertificate); n != 2 {
 		t.Errorf("%v runtimes on LM's certificate, want 2", n)
 	}
-	if n := testutil.CollectAndCount(metrics.RuntimeOnLMCertificate); n != 2 {
+	if n := testutil.CollectAndCount(vsmetrics.RuntimeOnLMCertificate); n != 2 {
 		t.Errorf("%d series of the per-runtime gauge, want 2", n)
 	}
-	if v := testutil.ToFloat64(metrics.RuntimeOnLMCertificate.WithLabelValues("runtime-a", "a")); v != 1 {
+	if v := testutil.ToFloat64(vsmetrics.RuntimeOnLMCertificate.WithLabelValues("runtime-a", "a")); v != 1 {
 		t.Errorf("runtime-a: %v, want 1", v)
 	}
 	// A changed runtime ID replaces the series.
 	c.set("kcp-system/b", lmCertificate{runtimeID: "runtime-b2", kyma: "b", issuer: "CN=klm"})
 	c.forget("kcp-system/a")
 	c.forget("kcp-system/unknown")
-	if n := testutil.ToFloat64(metrics.RuntimesOnLMCertificate); n != 1 {
+	if n := testutil.ToFloat64(vsmetrics.RuntimesOnLMCertificate); n != 1 {
 		t.Errorf("%v runtimes on LM's certificate, want 1", n)
 	}
 	want := `
@@ -108,11 +109,11 @@ func TestLMCertificatesGauge(t *testing.T) {
 # TYPE runtime_watcher_vs_controller_runtime_on_lm_certificate gauge
 runtime_watcher_vs_controller_runtime_on_lm_certificate{kyma="b",runtime="runtime-b2"} 1
 `
-	if err := testutil.CollectAndCompare(metrics.RuntimeOnLMCertificate, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(vsmetrics.RuntimeOnLMCertificate, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
 	c.forget("kcp-system/b")
-	if n := testutil.CollectAndCount(metrics.RuntimeOnLMCertificate); n != 0 {
+	if n := testutil.CollectAndCount(vsmetrics.RuntimeOnLMCertificate); n != 0 {
 		t.Errorf("%d series of the per-runtime gauge after the take-over, want 0", n)
 	}
 }

@@ -24,9 +24,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // ExpiringSoon is how close to its not-after a runtime certificate is
@@ -40,7 +40,7 @@ const ExpiringSoon = 7 * 24 * time.Hour
 // every runtime when one changed (Changed). It requests the renewal of the
 // gateway's server certificate once every runtime holds the current gateway
 // CA, and of a runtime's certificate once its SKR trusts the current runtime
-// CA (renewal.go), and fills the certificate expiry metrics. It runs on the
+// CA (renewal.go), and fills the certificate expiry vsmetrics. It runs on the
 // leader only.
 type Keeper struct {
 	// Runtime is the runtime CA's anchor (required); Gateway the gateway
@@ -53,10 +53,10 @@ type Keeper struct {
 	// ClientCASecret is the gateway's client CA Secret (Istio's
 	// <credentialName>-cacert, key ca.crt); none written when empty.
 	ClientCASecret types.NamespacedName
-	// Extra, when set, is the trust window of a migration from Lifecycle
+	// MigrationCA, when set, is the trust window of a migration from Lifecycle
 	// Manager: its CAs are added to what is written to ClientCASecret
 	// (read on every pass), never to the bundles given to SKRs.
-	Extra *Extra
+	MigrationCA *MigrationCA
 	// GatewayCertificate is the gateway's server Certificate; it is renewed
 	// by the new gateway CA once every runtime trusts it. Nothing is renewed
 	// when empty.
@@ -202,7 +202,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 }
 
 // Sync is one pass: refresh, publish, renew the gateway certificate, fill
-// the metrics.
+// the vsmetrics.
 func (k *Keeper) Sync(ctx context.Context) {
 	prev := k.current()
 	next := &published{}
@@ -213,9 +213,9 @@ func (k *Keeper) Sync(ctx context.Context) {
 		k.Log.Error(err, "refresh the runtime CA trust bundle")
 	}
 	var extra []*x509.Certificate
-	if k.Extra != nil {
+	if k.MigrationCA != nil {
 		var err error
-		if extra, err = k.Extra.Read(ctx); err != nil {
+		if extra, err = k.MigrationCA.Read(ctx); err != nil {
 			k.Log.Error(err, "read the migration CA Secret; its CAs of the last read are kept")
 		}
 	}
@@ -230,7 +230,7 @@ func (k *Keeper) Sync(ctx context.Context) {
 				k.Log.Error(err, "write the gateway's client CA Secret; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String())
 			} else {
 				k.clientCA = clientCA
-				metrics.ClientCAExtraCAs.Set(float64(added))
+				vsmetrics.ClientCAExtraCAs.Set(float64(added))
 				if changed {
 					next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
 					next.runtimeSince = time.Now()
@@ -273,7 +273,7 @@ func (k *Keeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
 	case apierrors.IsNotFound(err):
 		s = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: k.ClientCASecret.Namespace, Name: k.ClientCASecret.Name,
-				Labels: map[string]string{contract.LabelManagedBy: apply.FieldOwner}},
+				Labels: map[string]string{contract.LabelManagedBy: diffapply.FieldOwner}},
 			Data: map[string][]byte{"ca.crt": bundlePEM},
 		}
 		if err := k.Client.Create(ctx, s); err != nil {
@@ -292,7 +292,7 @@ func (k *Keeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
 			return err
 		}
 	}
-	metrics.RuntimeWrites.WithLabelValues("gateway-client-ca").Inc()
+	vsmetrics.RuntimeWrites.WithLabelValues("gateway-client-ca").Inc()
 	k.Log.Info("gateway client CA Secret written", "secret", k.ClientCASecret.String(), "cas", bytes.Count(bundlePEM, []byte("BEGIN CERTIFICATE")))
 	return nil
 }
@@ -425,7 +425,7 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 			used[j] = true
 		}
 	}
-	metrics.TrustRuntimesStateUnknown.Set(float64(holding))
+	vsmetrics.TrustRuntimesStateUnknown.Set(float64(holding))
 	if holding > 0 {
 		return all()
 	}
@@ -532,7 +532,7 @@ func (k *Keeper) renewGatewayCertificate(ctx context.Context, p *published) erro
 	}
 	requested, err := requestIssuing(ctx, k.Client, crt)
 	if requested {
-		metrics.RenewalsRequested.Inc()
+		vsmetrics.RenewalsRequested.Inc()
 		k.Log.Info("every runtime trusts the new gateway CA: renewal of the gateway certificate requested", "certificate", k.GatewayCertificate.String(), "ca", want)
 	}
 	return err
@@ -555,7 +555,7 @@ func (k *Keeper) scanLeaves(ctx context.Context, p *published) {
 			ca, signer = Fingerprint(p.runtimeCAs[i]), p.runtimeCAs[i]
 		}
 		series[[2]string{id, ca}] = true
-		metrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
+		vsmetrics.RuntimeCertNotAfter.WithLabelValues(id, ca).Set(float64(l.NotAfter.Unix()))
 		if p.runtimeCurrent != nil && k.signedBy(l, []*x509.Certificate{p.runtimeCurrent}) != 0 {
 			onOld++
 		}
@@ -568,12 +568,12 @@ func (k *Keeper) scanLeaves(ctx context.Context, p *published) {
 	// scrape in between would see no runtime at all.
 	for s := range k.certSeries {
 		if !series[s] {
-			metrics.RuntimeCertNotAfter.DeleteLabelValues(s[0], s[1])
+			vsmetrics.RuntimeCertNotAfter.DeleteLabelValues(s[0], s[1])
 		}
 	}
 	k.certSeries = series
-	metrics.RuntimesOnOldCA.Set(float64(onOld))
-	metrics.RuntimesExpiringSoon.Set(float64(soon))
+	vsmetrics.RuntimesOnOldCA.Set(float64(onOld))
+	vsmetrics.RuntimesExpiringSoon.Set(float64(soon))
 }
 
 // requestIssuing sets the Issuing condition, as `cmctl renew` does; false
@@ -594,7 +594,7 @@ func requestIssuing(ctx context.Context, c client.Client, crt *certmanagerv1.Cer
 	if err := c.Status().Patch(ctx, crt, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return false, fmt.Errorf("request renewal of Certificate %s/%s: %w", crt.Namespace, crt.Name, err)
 	}
-	metrics.RuntimeWrites.WithLabelValues("certificate-renewal").Inc()
+	vsmetrics.RuntimeWrites.WithLabelValues("certificate-renewal").Inc()
 	return true, nil
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 const keeperNS = "kcp-system"
@@ -100,8 +100,8 @@ func equalSeries(got, want map[string]float64) bool {
 func TestKeeperCertificateMetrics(t *testing.T) {
 	const anchor = "keeper-metrics-test"
 	// Series of an earlier run (-count): a new keeper knows only its own.
-	metrics.RuntimeCertNotAfter.Reset()
-	metrics.CANotAfter.DeletePartialMatch(prometheus.Labels{"anchor": anchor})
+	vsmetrics.RuntimeCertNotAfter.Reset()
+	vsmetrics.CANotAfter.DeletePartialMatch(prometheus.Labels{"anchor": anchor})
 	ctx := context.Background()
 	c := keeperClient(t)
 	// CAs valid for a year: a certificate expires when its CA does, if
@@ -141,11 +141,11 @@ func TestKeeperCertificateMetrics(t *testing.T) {
 	check := func(step string, wantCerts, wantCAs map[string]float64, onOld, expiring float64) {
 		t.Helper()
 		k.Sync(ctx)
-		if got := series(t, metrics.RuntimeCertNotAfter, "runtime", "ca"); !equalSeries(got, wantCerts) {
+		if got := series(t, vsmetrics.RuntimeCertNotAfter, "runtime", "ca"); !equalSeries(got, wantCerts) {
 			t.Errorf("%s: runtime_certificate_not_after_seconds %v, want %v", step, got, wantCerts)
 		}
 		gotCAs := map[string]float64{}
-		for k, v := range series(t, metrics.CANotAfter, "anchor", "ca") {
+		for k, v := range series(t, vsmetrics.CANotAfter, "anchor", "ca") {
 			if a, ca, _ := strings.Cut(k, "/"); a == anchor {
 				gotCAs[ca] = v
 			}
@@ -153,10 +153,10 @@ func TestKeeperCertificateMetrics(t *testing.T) {
 		if !equalSeries(gotCAs, wantCAs) {
 			t.Errorf("%s: ca_not_after_seconds{anchor=%q} %v, want %v", step, anchor, gotCAs, wantCAs)
 		}
-		if got := testutil.ToFloat64(metrics.RuntimesOnOldCA); got != onOld {
+		if got := testutil.ToFloat64(vsmetrics.RuntimesOnOldCA); got != onOld {
 			t.Errorf("%s: runtimes_on_old_ca %v, want %v", step, got, onOld)
 		}
-		if got := testutil.ToFloat64(metrics.RuntimesExpiringSoon); got != expiring {
+		if got := testutil.ToFloat64(vsmetrics.RuntimesExpiringSoon); got != expiring {
 			t.Errorf("%s: runtimes_certificate_expiring_soon %v, want %v", step, got, expiring)
 		}
 	}

@@ -80,7 +80,7 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 	// of objects outside the cache: read them directly. This client is
 	// uncached like mgr.GetAPIReader(): it sees Secrets without
 	// contract.LabelPartOf too, which the manager's cached client does not
-	// (package controllers) — a CA Secret somebody else created (e.g.
+	// (package vsmanager) — a CA Secret somebody else created (e.g.
 	// Lifecycle Manager's) is read this way, never through mgr.GetClient().
 	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
@@ -116,7 +116,7 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 	if o.MigrationExtraCASecret.Name != "" {
 		// Read uncached: the Secret cache holds vs-controller's own
 		// Secrets only.
-		k.Extra = &Extra{Client: c, Secret: o.MigrationExtraCASecret, Recorder: rec, Log: log.WithName("migration")}
+		k.MigrationCA = &MigrationCA{Client: c, Secret: o.MigrationExtraCASecret, Recorder: rec, Log: log.WithName("migration")}
 		log.Info("migration trust window open: the CAs of this Secret are trusted for client certificates at the gateway", "secret", o.MigrationExtraCASecret.String())
 	}
 	if o.GatewayCASecret.Name != "" {

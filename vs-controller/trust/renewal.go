@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // ReasonRenewalRequested is the Event reason on a Kyma whose runtime
@@ -134,7 +134,7 @@ func (k *Keeper) AfterPush(ctx context.Context, kyma client.Object, runtimeKey, 
 		return 0, err
 	}
 	if requested {
-		metrics.RenewalsRequested.Inc()
+		vsmetrics.RenewalsRequested.Inc()
 		if k.Recorder != nil {
 			k.Recorder.Eventf(kyma, nil, corev1.EventTypeNormal, ReasonRenewalRequested, "RequestRenewal",
 				"%s", fmt.Sprintf("the runtime's SKR trusts CA %s: renewal of the runtime certificate (signed by %s) requested", Fingerprint(t.current), t.leaf.Issuer.CommonName))

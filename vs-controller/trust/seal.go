@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/apply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 )
 
 // SealKey is the trust store ConfigMap key holding the seals of the CAs
@@ -75,7 +75,7 @@ func (s *Seal) Key(ctx context.Context) ([]byte, error) {
 		}
 		sec = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.Secret.Namespace, Name: s.Secret.Name,
-				Labels: map[string]string{contract.LabelManagedBy: apply.FieldOwner}},
+				Labels: map[string]string{contract.LabelManagedBy: diffapply.FieldOwner}},
 			Data: map[string][]byte{"key": key},
 		}
 		err = s.Client.Create(ctx, sec)

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // poison appends certs (PEM) and seals (lines) to the trust store, as
@@ -98,7 +98,7 @@ func TestPoisonedStoreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	poison(t, c, append(append(append([]byte(nil), evil.PEM...), other.PEM...), leaf.CertPEM...), forged+otherSeal)
-	refused := testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("poison-test"))
+	refused := testutil.ToFloat64(vsmetrics.TrustStoreRefused.WithLabelValues("poison-test"))
 
 	b := newAnchor()
 	refresh(t, b)
@@ -108,7 +108,7 @@ func TestPoisonedStoreRefused(t *testing.T) {
 	if got := strings.Join(storeHolds(t, c), ","); got != "ca-1,ca-2" {
 		t.Errorf("store after the restart holds %v, want it rewritten to ca-1,ca-2", got)
 	}
-	if got := testutil.ToFloat64(metrics.TrustStoreRefused.WithLabelValues("poison-test")) - refused; got != 3 {
+	if got := testutil.ToFloat64(vsmetrics.TrustStoreRefused.WithLabelValues("poison-test")) - refused; got != 3 {
 		t.Errorf("trust_store_refused_total rose by %v, want 3", got)
 	}
 	events := 0
@@ -191,7 +191,7 @@ func TestCASecretMustHoldACAOfItsKey(t *testing.T) {
 		if got := strings.Join(held(a), ","); got != "good" {
 			t.Errorf("%s: held %v, want good", name, got)
 		}
-		if v := testutil.ToFloat64(metrics.CASecretValid.WithLabelValues("ca-secret-test")); v != 0 {
+		if v := testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues("ca-secret-test")); v != 0 {
 			t.Errorf("%s: ca_secret_valid %v, want 0", name, v)
 		}
 	}

@@ -15,7 +15,7 @@
 // publishes the runtime and gateway CA bundles, writes the gateway's client
 // CA Secret, and renews runtime certificates (renewal.go) and the gateway's
 // certificate once the new CA is trusted everywhere; Options (options.go)
-// build it from vs-controller's flags. Extra (extra.go) is the trust window
+// build it from vs-controller's flags. MigrationCA (migrationca.go) is the trust window
 // of a migration from Lifecycle Manager.
 package trust
 
@@ -42,7 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // Keys and reasons.
@@ -217,12 +217,12 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	for _, c := range cas {
 		fp := Fingerprint(c)
 		held[fp] = true
-		metrics.CANotAfter.WithLabelValues(a.Name, fp).Set(float64(c.NotAfter.Unix()))
+		vsmetrics.CANotAfter.WithLabelValues(a.Name, fp).Set(float64(c.NotAfter.Unix()))
 	}
 	// A CA that left the bundle leaves the metric too.
 	for _, c := range before {
 		if !held[Fingerprint(c)] {
-			metrics.CANotAfter.DeleteLabelValues(a.Name, Fingerprint(c))
+			vsmetrics.CANotAfter.DeleteLabelValues(a.Name, Fingerprint(c))
 		}
 	}
 	if changed && len(cas) > 0 {
@@ -295,7 +295,7 @@ func (a *Anchor) remembered(ctx context.Context, cm *corev1.ConfigMap) ([]*x509.
 			out = append(out, c)
 			continue
 		}
-		metrics.TrustStoreRefused.WithLabelValues(a.Name).Inc()
+		vsmetrics.TrustStoreRefused.WithLabelValues(a.Name).Inc()
 		a.Log.Info("trust store entry refused: the store remembers CAs, it never adds one", "anchor", a.Name, "store", a.Store.String(),
 			"subject", skrclient.Bounded(c.Subject.String()), "fingerprint", Fingerprint(c), "problem", problem)
 		if a.Recorder != nil {
@@ -308,7 +308,7 @@ func (a *Anchor) remembered(ctx context.Context, cm *corev1.ConfigMap) ([]*x509.
 }
 
 func (a *Anchor) reportBad(problem string) {
-	metrics.CASecretValid.WithLabelValues(a.Name).Set(0)
+	vsmetrics.CASecretValid.WithLabelValues(a.Name).Set(0)
 	a.mu.Lock()
 	repeated := a.badInput == problem
 	a.badInput = problem
@@ -325,7 +325,7 @@ func (a *Anchor) reportBad(problem string) {
 }
 
 func (a *Anchor) reportGood() {
-	metrics.CASecretValid.WithLabelValues(a.Name).Set(1)
+	vsmetrics.CASecretValid.WithLabelValues(a.Name).Set(1)
 	a.mu.Lock()
 	a.badInput = ""
 	a.mu.Unlock()

@@ -20,8 +20,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 var (
@@ -123,13 +123,13 @@ func TestRotationKeepsOldUntilUnused(t *testing.T) {
 // forgetCAs removes anchor's ca_not_after_seconds series left by an
 // earlier run of the test (-count): a new Anchor knows only its own.
 func forgetCAs(anchor string) {
-	metrics.CANotAfter.DeletePartialMatch(prometheus.Labels{"anchor": anchor})
+	vsmetrics.CANotAfter.DeletePartialMatch(prometheus.Labels{"anchor": anchor})
 }
 
 // caNotAfter is ca_not_after_seconds of anchor, by CA.
 func caNotAfter(t *testing.T, anchor string) map[string]float64 {
 	t.Helper()
-	series, err := promtext.Collected(metrics.CANotAfter, "anchor", "ca")
+	series, err := promtext.Collected(vsmetrics.CANotAfter, "anchor", "ca")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestBadInputKeepsTrust(t *testing.T) {
 		// From a good Secret each time: a problem is reported once.
 		setSecret(t, c, good)
 		refresh(t, a)
-		if v := testutil.ToFloat64(metrics.CASecretValid.WithLabelValues("bad-input-test")); v != 1 {
+		if v := testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues("bad-input-test")); v != 1 {
 			t.Errorf("%s: ca_secret_valid %v before", tc.name, v)
 		}
 		events()
@@ -220,7 +220,7 @@ func TestBadInputKeepsTrust(t *testing.T) {
 			if refresh(t, a) || string(a.Bundle()) != string(ca.PEM) || a.Current() == nil || a.Current().Subject.CommonName != "good" {
 				t.Errorf("%s: trust changed to %v", tc.name, held(a))
 			}
-			if v := testutil.ToFloat64(metrics.CASecretValid.WithLabelValues("bad-input-test")); v != 0 {
+			if v := testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues("bad-input-test")); v != 0 {
 				t.Errorf("%s: ca_secret_valid %v", tc.name, v)
 			}
 			evs := events()
@@ -248,7 +248,7 @@ func TestBadInputKeepsTrust(t *testing.T) {
 	}
 	setSecret(t, c, good)
 	refresh(t, a)
-	if v := testutil.ToFloat64(metrics.CASecretValid.WithLabelValues("bad-input-test")); v != 1 {
+	if v := testutil.ToFloat64(vsmetrics.CASecretValid.WithLabelValues("bad-input-test")); v != 1 {
 		t.Errorf("ca_secret_valid %v after repair", v)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
-	"github.com/seed-c8be168e/runtime-watcher/vs-controller/metrics"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
 // TestUnknownStateHoldIsBounded: a runtime whose SKR state is unknown (an
@@ -58,7 +58,7 @@ func TestUnknownStateHoldIsBounded(t *testing.T) {
 		}
 		now = now.Add(30 * time.Minute)
 	}
-	if v := testutil.ToFloat64(metrics.TrustRuntimesStateUnknown); v != 1 {
+	if v := testutil.ToFloat64(vsmetrics.TrustRuntimesStateUnknown); v != 1 {
 		t.Errorf("trust_runtimes_state_unknown %v, want 1", v)
 	}
 	if len(rec.Events) != 1 {
@@ -71,7 +71,7 @@ func TestUnknownStateHoldIsBounded(t *testing.T) {
 	if got := inUse(); got[0] || got[1] {
 		t.Errorf("past the hold: %v, want no CA kept for the unknown runtime", got)
 	}
-	if v := testutil.ToFloat64(metrics.TrustRuntimesStateUnknown); v != 0 {
+	if v := testutil.ToFloat64(vsmetrics.TrustRuntimesStateUnknown); v != 0 {
 		t.Errorf("trust_runtimes_state_unknown %v past the hold, want 0", v)
 	}
 	if len(rec.Events) != 0 {

@@ -1,0 +1,210 @@
+// Package moduleconfigs is module-sync's mirror controller
+// (docs/architecture.md §4.11): on a Watcher event, at start, on a Kyma
+// change and periodically it mirrors a runtime's Module CRs into
+// ModuleConfigs (package mirror) and removes them when the Kyma goes away.
+// The work item is the Kyma.
+package moduleconfigs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/listener"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+)
+
+// Reconciler mirrors one runtime (a Kyma, the work item) per pass.
+type Reconciler struct {
+	// Client of the KCP (the manager's cached client).
+	Client   client.Client
+	Runtimes *skrclient.Runtimes
+	Mirror   *mirror.Mirror
+	// Interval of the periodic pass per runtime.
+	Interval time.Duration
+	Backoff  workqueue.TypedRateLimiter[string]
+	// Conflicts backs off, fast, after a write conflict (the cache had not
+	// seen the previous pass's write yet).
+	Conflicts workqueue.TypedRateLimiter[string]
+	// KymaNamespace holds the Kymas.
+	KymaNamespace string
+	// ConfirmDelay: after an event, the runtime is mirrored at once and
+	// again this much later (0: only at once). See enqueueRuntime.
+	ConfirmDelay time.Duration
+	Workers      int
+	// Turns (shared with the SyncResource controller) lets one pass per
+	// runtime run at a time; PassTimeout bounds a pass.
+	Turns       *pacing.Turns
+	PassTimeout time.Duration
+	// Shards, when set, owns runtimes across replicas: a pass runs only on
+	// the runtime's owner (nil: one replica, every runtime).
+	Shards *shards.Shards
+	// requeue wakes a pass that waited for its runtime's turn, and the
+	// runtimes this replica gained.
+	requeue pacing.Requeue
+}
+
+// SetupWithManager registers the controller; events are the listener's.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.GenericEvent) error {
+	lookup := identity.NewKymaLookup(mgr.GetCache(), r.KymaNamespace)
+	opts := controller.Options{MaxConcurrentReconciles: r.Workers}
+	if r.Shards != nil {
+		// Every replica mirrors the runtimes it owns; gained ones are
+		// mirrored at once.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.Shards.OnChange(r.gained)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("mirror").
+		// Kyma created or deleted (and the runtime-id label changed): a pass.
+		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay))).
+		WatchesRawSource(r.requeue.Source()).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// gained enqueues the runtimes this replica gained and counts those it
+// owns (runtime_watcher_shard_owned_runtimes).
+func (r *Reconciler) gained(gained func(runtime string) bool) error {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every object, and its passes ask the owner
+	}
+	list := identity.NewKymaList()
+	if err := r.Client.List(context.Background(), list, client.InNamespace(r.KymaNamespace)); err != nil {
+		return err
+	}
+	owned := 0
+	for i := range list.Items {
+		key := types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}
+		if r.Shards.Owns(key.String()) {
+			owned++
+		}
+		if gained(key.String()) {
+			r.requeue.Add(reconcile.Request{NamespacedName: key})
+		}
+	}
+	r.Shards.SetOwned(owned)
+	return nil
+}
+
+// enqueueRuntime enqueues the Kyma of an event's runtime (the shared
+// lookup: runtime-id label first, then name); events of unknown runtimes
+// are counted and dropped. With confirm > 0 the runtime is mirrored again
+// that much later: the SKR's admission webhook reports a change before the
+// API server stores it, so the first pass may read the Module CR as it was.
+func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm time.Duration) handler.EventHandler {
+	return handler.Funcs{
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			ev, ok := listener.EventFrom(e.Object)
+			if !ok {
+				return
+			}
+			rt, found, err := lookup.LookupRuntime(ctx, ev.RuntimeID)
+			switch {
+			case err != nil:
+				syncmetrics.Events.WithLabelValues("lookup-failed").Inc()
+				ctrl.Log.WithName("mirror").Error(err, "looking up the runtime of an event", "runtimeID", ev.RuntimeID)
+			case !found:
+				syncmetrics.Events.WithLabelValues("unknown-runtime").Inc()
+			default:
+				syncmetrics.Events.WithLabelValues("enqueued").Inc()
+				req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}}
+				q.Add(req)
+				if confirm > 0 {
+					q.AddAfter(req, confirm)
+				}
+			}
+		},
+	}
+}
+
+// Reconcile mirrors the Kyma's runtime, or removes its ModuleConfigs when
+// the Kyma is gone or being deleted.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	key := req.String()
+	ctx, done, ok := r.Shards.Begin(ctx, key)
+	if !ok {
+		// Another replica owns the runtime (its gain requeues it there).
+		syncmetrics.MirrorPasses.WithLabelValues("not-owner").Inc()
+		return reconcile.Result{}, nil
+	}
+	defer done()
+	kyma := identity.NewKyma()
+	err := r.Client.Get(ctx, req.NamespacedName, kyma)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	if apierrors.IsNotFound(err) || kyma.DeletionTimestamp != nil {
+		n, err := r.Mirror.Remove(ctx, mirror.Kyma{Name: req.Name, Namespace: req.Namespace})
+		syncmetrics.MirrorWrites.WithLabelValues("deleted").Add(float64(n))
+		if err != nil {
+			syncmetrics.MirrorPasses.WithLabelValues("failed").Inc()
+			return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
+		}
+		syncmetrics.MirrorPasses.WithLabelValues("removed").Inc()
+		r.Backoff.Forget(key)
+		return reconcile.Result{}, nil
+	}
+	release, ok := r.Turns.Take(key, "mirror "+key, r.requeue.Wake(req))
+	if !ok {
+		// Requeued when the pass that holds the turn ends.
+		syncmetrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
+		return reconcile.Result{}, nil
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)
+	defer cancel()
+	id := identity.RuntimeIDOf(kyma)
+	skr, err := r.Runtimes.For(ctx, id)
+	if err != nil {
+		result := "failed"
+		if errors.Is(err, skrclient.ErrNoKubeconfig) {
+			result = "no-kubeconfig"
+		}
+		syncmetrics.MirrorPasses.WithLabelValues(result).Inc()
+		log.Info("runtime not mirrored", "runtimeID", id, "reason", skrclient.Bounded(err.Error()))
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
+	}
+	res, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
+	syncmetrics.MirrorWrites.WithLabelValues("created").Add(float64(res.Created))
+	syncmetrics.MirrorWrites.WithLabelValues("updated").Add(float64(res.Updated))
+	syncmetrics.MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
+	if err != nil {
+		syncmetrics.MirrorPasses.WithLabelValues("failed").Inc()
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: r.Conflicts.When(key)}, nil
+		}
+		log.Info("mirror pass failed; retrying with backoff", "runtimeID", id, "error", skrclient.Bounded(err.Error()))
+		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
+	}
+	r.Conflicts.Forget(key)
+	if res.Writes() > 0 {
+		syncmetrics.MirrorPasses.WithLabelValues("synced").Inc()
+		log.V(1).Info("mirrored", "runtimeID", id, "created", res.Created, "updated", res.Updated, "deleted", res.Deleted)
+	} else {
+		syncmetrics.MirrorPasses.WithLabelValues("unchanged").Inc()
+	}
+	r.Backoff.Forget(key)
+	return reconcile.Result{RequeueAfter: pacing.Jitter(r.Interval)}, nil
+}

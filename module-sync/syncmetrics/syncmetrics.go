@@ -1,0 +1,74 @@
+// Package syncmetrics holds module-sync's Prometheus metrics
+// (runtime_watcher_module_sync_…), registered with controller-runtime's
+// registry: mirror passes and writes, SyncResource reconciles and items,
+// requests to runtimes, listener events.
+package syncmetrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metric name parts: every metric of module-sync is runtime_watcher_module_sync_….
+const (
+	MetricsNamespace = "runtime_watcher"
+	MetricsSubsystem = "module_sync"
+)
+
+var (
+	// MirrorPasses counts mirror passes (one runtime's Module CRs into its
+	// ModuleConfigs) by result: synced, unchanged, removed, no-kubeconfig,
+	// failed.
+	MirrorPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "mirror_passes_total",
+		Help: "Mirror passes (a runtime's Module CRs into ModuleConfigs) by result: synced, unchanged, removed, no-kubeconfig, failed, runtime-busy (another pass of the runtime runs; requeued).",
+	}, []string{"result"})
+	// MirrorWrites counts ModuleConfig writes by operation: created, updated, deleted.
+	MirrorWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "mirror_writes_total",
+		Help: "ModuleConfig writes by operation: created, updated, deleted.",
+	}, []string{"operation"})
+	// SyncReconciles counts SyncResource reconciles by result: applied,
+	// retry (an item or the runtime failed for a reason that may pass;
+	// requeued with backoff), failed (waits for a change or the drift
+	// pass), cleaned-up, no-runtime.
+	SyncReconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "syncresource_reconciles_total",
+		Help: "SyncResource reconciles by result: applied, retry, failed, cleaned-up, no-runtime, runtime-busy (another pass of the runtime runs; requeued).",
+	}, []string{"result"})
+	// SyncItems counts applied items by their state: Ready, Error, Refused.
+	SyncItems = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "syncresource_items_total",
+		Help: "SyncResource items processed, by resulting state: Ready, Error, Refused.",
+	}, []string{"state"})
+	// SKRRequests counts the requests sent to runtimes' API servers, by
+	// HTTP method (for requests per runtime per pass).
+	SKRRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "skr_requests_total",
+		Help: "Requests sent to runtimes' API servers, by HTTP method.",
+	}, []string{"method"})
+	// Events counts listener events by outcome: enqueued, unknown-runtime, lookup-failed.
+	Events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "events_total",
+		Help: "Watcher events received, by outcome: enqueued, unknown-runtime, lookup-failed.",
+	}, []string{"outcome"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(MirrorPasses, MirrorWrites, SyncReconciles, SyncItems, SKRRequests, Events)
+}
+
+// CountRequests wraps a runtime client's transport to count its requests
+// (SKRRequests).
+func CountRequests(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		SKRRequests.WithLabelValues(r.Method).Inc()
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,198 @@
+// Package vsmanager builds vs-controller's controller-runtime manager: the Watcher
+// reconciler (package routing) and the runtime reconciler (package
+// runtimes) with its trust keeper (package trust), with a cache restricted to the namespaces each kind lives in and
+// health checks that reflect the cache's state. The binary and the
+// integration tests build the very same manager from it.
+package vsmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+)
+
+// Options configure the manager.
+type Options struct {
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	LeaderElection         bool
+	// LeaderElectionNamespace; the Kyma namespace when empty.
+	LeaderElectionNamespace string
+
+	GatewayNamespace string
+	KymaNamespace    string
+	Issuer           cmmeta.IssuerReference
+	ExtraDNSNames    []string
+	Bundle           bundle.Options
+	// CertificateDuration, CertificateRenewBefore: see runtimes.Reconciler.
+	CertificateDuration, CertificateRenewBefore time.Duration
+
+	// Clients of the runtime clusters; runtimes.SKRClients() with
+	// SKRTimeout when nil.
+	Clients    skrclient.ClusterClients
+	SKRTimeout time.Duration
+	// AllowInsecureSKR accepts runtime kubeconfigs that skip TLS
+	// verification (skrclient.ErrInsecure otherwise).
+	AllowInsecureSKR bool
+	// WatcherDebounce, Resync, KubeconfigRetry: see runtimes.Reconciler.
+	WatcherDebounce time.Duration
+	Resync          time.Duration
+	KubeconfigRetry time.Duration
+	// Workers of the Watcher and runtime controllers (defaults when 0).
+	WatcherWorkers int
+	RuntimeWorkers int
+
+	// Trust: the CA rotation (docs/certificates.md); off when
+	// Trust.CASecret is empty.
+	Trust trust.Options
+	// Adoption: the take-over of runtimes Lifecycle Manager set up.
+	Adoption takeover.Options
+
+	// SkipNameValidation lets tests build several managers in one process.
+	SkipNameValidation bool
+}
+
+// Scheme has the kinds vs-controller reads and writes in the KCP.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1beta2.AddToScheme(s))
+	utilruntime.Must(istionetworkingv1.AddToScheme(s))
+	utilruntime.Must(certmanagerv1.AddToScheme(s))
+	return s
+}
+
+// New builds the manager with both reconcilers registered.
+func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.GatewayNamespace == "" {
+		o.GatewayNamespace = routing.DefaultGatewayNamespace
+	}
+	if o.KymaNamespace == "" {
+		o.KymaNamespace = runtimes.DefaultKymaNamespace
+	}
+	if o.Issuer.Name == "" {
+		return nil, errors.New("an issuer name is required")
+	}
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = o.KymaNamespace
+	}
+	inKymaNS := map[string]cache.Config{o.KymaNamespace: {}}
+	// Least privilege (docs/security.md): of the Secrets in the Kyma
+	// namespace only ours are cached and watched. A Secret without the label
+	// is invisible to mgr.GetClient() (NotFound); read it with
+	// mgr.GetAPIReader() (uncached), as runtimes.Reconciler does for
+	// kubeconfig Secrets nobody labelled and the trust keeper for CA Secrets.
+	ours := labels.SelectorFromSet(labels.Set{contract.LabelPartOf: contract.PartOf})
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "vs-controller.operator.kyma-project.io",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&istionetworkingv1.Gateway{}: {Namespaces: map[string]cache.Config{o.GatewayNamespace: {}}},
+			runtimes.NewKyma():           {Namespaces: inKymaNS},
+			&corev1.Secret{}:             {Namespaces: inKymaNS, Label: ours},
+			&certmanagerv1.Certificate{}: {Namespaces: inKymaNS},
+			&rbacv1.Role{}:               {Namespaces: inKymaNS},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new manager: %w", err)
+	}
+	rec := &routing.Reconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("vs-controller"),
+		GatewayNamespace:        o.GatewayNamespace,
+		MaxConcurrentReconciles: o.WatcherWorkers,
+	}
+	if err := rec.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("watcher controller: %w", err)
+	}
+	clients := o.Clients
+	if clients == nil {
+		c := runtimes.SKRClients()
+		c.Timeout = o.SKRTimeout
+		c.AllowInsecure = o.AllowInsecureSKR
+		clients = c
+	}
+	rr := &runtimes.Reconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		KubeconfigRetry:         o.KubeconfigRetry,
+		Recorder:                mgr.GetEventRecorder("vs-controller"),
+		Clients:                 clients,
+		KymaNamespace:           o.KymaNamespace,
+		Issuer:                  o.Issuer,
+		ExtraDNSNames:           o.ExtraDNSNames,
+		CertificateDuration:     o.CertificateDuration,
+		CertificateRenewBefore:  o.CertificateRenewBefore,
+		Bundle:                  o.Bundle,
+		WatcherDebounce:         o.WatcherDebounce,
+		Resync:                  o.Resync,
+		MaxConcurrentReconciles: o.RuntimeWorkers,
+		Adoption:                o.Adoption,
+	}
+	if rr.Trust, err = o.Trust.Keeper(mgr, o.KymaNamespace); err != nil {
+		return nil, err
+	}
+	if err := rr.SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("runtime controller: %w", err)
+	}
+	// module-sync reads exactly the runtimes' kubeconfig Secrets.
+	if err := (&kubeconfigs.Reconciler{Client: mgr.GetClient(), KymaNamespace: o.KymaNamespace}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("module-sync kubeconfig access controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", cacheSynced(mgr.GetCache())); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// cacheSynced is ready once the informers have synced: before that the
+// reconcilers would act on an empty view of the cluster.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("informer caches have not synced")
+		}
+		return nil
+	}
+}
