@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
 // TestOwner: rendezvous hashing spreads runtimes evenly over members of
@@ -42,3 +44,19 @@ func TestOwner(t *testing.T) {
 		t.Errorf("owner among no members: %q", got)
 	}
 }
+
+func TestNewRefusesIdentitiesThatMakeNoLeaseName(t *testing.T) {
+	for _, id := range []string{"", "a,b", "Upper", "with space"} {
+		if _, err := New(Options{Leases: fakeLeases{}, Namespace: "ns", Group: "g", Identity: id}); err == nil {
+			t.Errorf("identity %q accepted", id)
+		}
+	}
+	if _, err := New(Options{Leases: fakeLeases{}, Namespace: "ns", Group: "g", Identity: "module-sync-6f7c9d8b5-x2k4p"}); err != nil {
+		t.Errorf("a pod name refused: %v", err)
+	}
+}
+
+// fakeLeases satisfies Options.Leases for New, which does not call it.
+type fakeLeases struct{}
+
+func (fakeLeases) Leases(string) coordinationclient.LeaseInterface { return nil }

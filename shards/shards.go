@@ -55,6 +55,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -141,8 +142,8 @@ func New(o Options) (*Shards, error) {
 	if o.Leases == nil || o.Namespace == "" || o.Group == "" || o.Identity == "" {
 		return nil, errors.New("shards: Leases, Namespace, Group and Identity are required")
 	}
-	if strings.Contains(o.Identity, ",") {
-		return nil, fmt.Errorf("shards: identity %q holds a comma", o.Identity)
+	if errs := validation.IsDNS1123Subdomain(o.Group + "-shard-" + o.Identity); len(errs) > 0 {
+		return nil, fmt.Errorf("shards: identity %q does not make a Lease name: %s", o.Identity, strings.Join(errs, "; "))
 	}
 	if o.LeaseDuration <= 0 {
 		o.LeaseDuration = DefaultLeaseDuration
@@ -534,7 +535,13 @@ func (s *Shards) list(ctx context.Context) (map[string][]string, error) {
 		}
 		seen[l.Name] = o
 		holder := ptr.Deref(l.Spec.HolderIdentity, "")
-		if holder == "" || holder == s.o.Identity || now.Sub(o.at) >= s.o.LeaseDuration {
+		// The member's own duration (it fences itself at its renew
+		// deadline, a share of it); ours when it declares none.
+		d := s.o.LeaseDuration
+		if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+			d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		}
+		if holder == "" || holder == s.o.Identity || now.Sub(o.at) >= d {
 			continue // released or expired
 		}
 		var view []string
