@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -164,6 +165,23 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 			n, _ := promtext.Sum(text, "runtime_watcher_skr_webhook_event_retries_total", nil)
 			return n
 		}
+		// Envoy's own account of the module-sync cluster: requests, retries
+		// and their backoffs, 503s.
+		envoyStats := func() map[string]uint64 {
+			out := map[string]uint64{}
+			ie, ok := env.(e2e.IstioEnvironment)
+			if !ok {
+				return out
+			}
+			st, err := ie.Istio().GatewayAdmin().Stats(ctx, "module-sync")
+			Expect(err).NotTo(HaveOccurred())
+			for _, k := range []string{".upstream_rq_total", ".upstream_rq_retry", ".upstream_rq_retry_success", ".upstream_rq_retry_overflow",
+				".upstream_rq_retry_backoff_exponential", ".upstream_rq_retry_limit_exceeded", ".upstream_rq_503", ".upstream_cx_total", ".upstream_cx_destroy_remote_with_active_rq"} {
+				out[k] = st.Sum(k)
+			}
+			return out
+		}
+		envoyBefore := envoyStats()
 		retriesBefore := webhookRetries()
 		toKCP = nil
 		rt := roundTrips(ctx, 40)
@@ -177,6 +195,12 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 			len(rt), ms(baseline, 0.5), ms(baseline, 0.9), ms(baseline, 0.99), owner, ms(rt, 0.5), ms(rt, 0.9), ms(rt, 0.99), refused)
 		AddReportEntry("round trip ms (one module-sync p50/p90/p99 | 3 shards p50/p90/p99)", fmt.Sprintf("%.1f/%.1f/%.1f | %.1f/%.1f/%.1f",
 			ms(baseline, 0.5), ms(baseline, 0.9), ms(baseline, 0.99), ms(rt, 0.5), ms(rt, 0.9), ms(rt, 0.99)))
+		envoyAfter := envoyStats()
+		var envoyDelta []string
+		for _, k := range slices.Sorted(maps.Keys(envoyAfter)) {
+			envoyDelta = append(envoyDelta, fmt.Sprintf("%s %d", strings.TrimPrefix(k, "."), envoyAfter[k]-envoyBefore[k]))
+		}
+		AddReportEntry("the gateway's module-sync cluster during the 40 sharded edits", strings.Join(envoyDelta, ", "))
 		AddReportEntry("webhook retries during the 40 sharded edits (events the gateway did not bring to the owner)", retried)
 		AddReportEntry("first leg SKR → ModuleConfig ms (one module-sync p50/p90/p99 | 3 shards p50/p90/p99)", fmt.Sprintf("%.1f/%.1f/%.1f | %.1f/%.1f/%.1f",
 			ms(toKCPBaseline, 0.5), ms(toKCPBaseline, 0.9), ms(toKCPBaseline, 0.99), ms(toKCP, 0.5), ms(toKCP, 0.9), ms(toKCP, 0.99)))
