@@ -31,7 +31,7 @@ import (
 // read from the KCP's Leases (the members' published views), never from
 // our logs.
 var _ = Describe("shards", Label("shards"), Ordered, func() {
-	const lease = 5 * time.Second
+	const lease = 15 * time.Second
 	var (
 		sh       e2e.ShardsEnvironment
 		members  *localenv.ModuleSyncShards
