@@ -11,7 +11,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -67,8 +66,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.Gene
 		Complete(r)
 }
 
-// enqueueRuntime enqueues the Kyma of an event's runtime (the shared
-// lookup: runtime-id label first, then name); events of unknown runtimes
+// enqueueRuntime enqueues the Kyma of an event's runtime (listener.KymaOf:
+// the shared lookup, runtime-id label first, then name, bounded by the
+// listener's lookup timeout); events of unknown runtimes
 // are counted and dropped. With confirm > 0 the runtime is mirrored again
 // that much later: the SKR's admission webhook reports a change before the
 // API server stores it, so the first pass may read the Module CR as it was.
@@ -79,7 +79,7 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 			if !ok {
 				return
 			}
-			rt, found, err := lookup.LookupRuntime(ctx, ev.RuntimeID)
+			key, found, err := listener.KymaOf(ctx, lookup, namespace, ev.RuntimeID)
 			switch {
 			case err != nil:
 				syncmetrics.Events.WithLabelValues("lookup-failed").Inc()
@@ -88,7 +88,7 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 				syncmetrics.Events.WithLabelValues("unknown-runtime").Inc()
 			default:
 				syncmetrics.Events.WithLabelValues("enqueued").Inc()
-				req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}}
+				req := reconcile.Request{NamespacedName: key}
 				q.Add(req)
 				if confirm > 0 {
 					q.AddAfter(req, confirm)

@@ -19,11 +19,9 @@ package syncmanager
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -335,18 +333,10 @@ func newListener(mgr manager.Manager, o Options) (*listener.Listener, error) {
 	case "", "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())
 	case "san-pinning":
-		v := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), o.KymaNamespace)}
-		if o.CAFile != "" {
-			pemBytes, err := os.ReadFile(o.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("--ca-file: %w", err)
-			}
-			v.Roots = x509.NewCertPool()
-			if !v.Roots.AppendCertsFromPEM(pemBytes) {
-				return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", o.CAFile)
-			}
+		lopts = append(lopts, listener.WithSANPinning(&identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), o.KymaNamespace)}))
+		if o.CAFile != "" { // reloaded while module-sync runs
+			lopts = append(lopts, listener.WithClientCAFile(o.CAFile))
 		}
-		lopts = append(lopts, listener.WithSANPinning(v))
 	default:
 		return nil, fmt.Errorf("--identity must be header or san-pinning, not %q", o.Identity)
 	}
