@@ -28,6 +28,7 @@ type Runtimes struct {
 	errs      map[string]error
 	asked     []string
 	forgotten []string
+	seen      map[string][]byte // key -> the kubeconfig For last got
 }
 
 var _ skrclient.ClusterClients = (*Runtimes)(nil)
@@ -58,6 +59,10 @@ func (r *Runtimes) For(_ context.Context, key string, kubeconfig []byte) (client
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked = append(r.asked, key)
+	if r.seen == nil {
+		r.seen = map[string][]byte{}
+	}
+	r.seen[key] = kubeconfig
 	if len(kubeconfig) == 0 {
 		return nil, fmt.Errorf("fakecluster: runtime %q: empty kubeconfig", key)
 	}
@@ -84,6 +89,13 @@ func (r *Runtimes) Asked() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.asked...)
+}
+
+// KubeconfigOf is the kubeconfig For last got for key (nil: never asked).
+func (r *Runtimes) KubeconfigOf(key string) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[key]
 }
 
 // Forgotten are the keys Forget was called with, in order.

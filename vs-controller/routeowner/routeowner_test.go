@@ -2,86 +2,110 @@ package routeowner_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routeowner"
 )
 
-func watcher(ns, name string, created time.Time, generation int64) v1beta2.Watcher {
-	return v1beta2.Watcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name),
-		Generation: generation, CreationTimestamp: metav1.NewTime(created)}}
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func watcher(ns, name string, age int) *v1beta2.Watcher {
+	return &v1beta2.Watcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name), Generation: 2,
+		CreationTimestamp: metav1.NewTime(epoch.Add(time.Duration(age) * time.Second))}}
 }
 
+func routeCondition(w *v1beta2.Watcher, status metav1.ConditionStatus, gen int64) *v1beta2.Watcher {
+	w = w.DeepCopy()
+	meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService, Status: status, Reason: "R", ObservedGeneration: gen})
+	return w
+}
+
+// TestOlder: by creation time, then namespace, then name.
 func TestOlder(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a, b := watcher("b", "x", t0, 1), watcher("a", "y", t0.Add(time.Second), 1)
-	if !routeowner.Older(&a, &b) || routeowner.Older(&b, &a) {
-		t.Error("the earlier creationTimestamp is not older")
-	}
-	c, d := watcher("a", "z", t0, 1), watcher("b", "a", t0, 1)
-	if !routeowner.Older(&c, &d) || routeowner.Older(&d, &c) {
-		t.Error("same second: the namespace does not decide")
-	}
-	e, f := watcher("a", "a", t0, 1), watcher("a", "b", t0, 1)
-	if !routeowner.Older(&e, &f) || routeowner.Older(&f, &e) {
-		t.Error("same second and namespace: the name does not decide")
+	for _, tc := range []struct {
+		a, b *v1beta2.Watcher
+		want bool
+	}{
+		{watcher("z", "z", 0), watcher("a", "a", 1), true},
+		{watcher("a", "a", 1), watcher("z", "z", 0), false},
+		{watcher("a", "z", 0), watcher("b", "a", 0), true},
+		{watcher("a", "a", 0), watcher("a", "b", 0), true},
+		{watcher("a", "b", 0), watcher("a", "a", 0), false},
+		{watcher("a", "a", 0), watcher("a", "a", 0), false},
+	} {
+		if got := routeowner.Older(tc.a, tc.b); got != tc.want {
+			t.Errorf("Older(%s/%s@%s, %s/%s@%s) = %t", tc.a.Namespace, tc.a.Name, tc.a.CreationTimestamp, tc.b.Namespace, tc.b.Name, tc.b.CreationTimestamp, got)
+		}
 	}
 }
 
-// TestTrustRoutes: who holds a route comes from the VirtualServices
-// vs-controller controls (RouteHolders), never from a Watcher's status.
-func TestTrustRoutes(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	holder, forger, loser := watcher("kcp", "holder", t0, 2), watcher("kcp", "forger", t0, 1), watcher("kcp", "loser", t0, 1)
-	// The forger claims its route in its status; the loser's status says it holds none.
-	meta.SetStatusCondition(&forger.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService,
-		Status: metav1.ConditionTrue, Reason: routeowner.ReasonApplied, ObservedGeneration: 1})
-	// The holder's condition is of an older generation.
-	meta.SetStatusCondition(&holder.Status.Conditions, metav1.Condition{Type: routeowner.ConditionVirtualService,
-		Status: metav1.ConditionTrue, Reason: routeowner.ReasonApplied, ObservedGeneration: 1})
-	if !routeowner.HoldsRoute(&forger) || routeowner.HoldsRoute(&holder) || routeowner.HoldsRoute(&loser) {
-		t.Fatal("HoldsRoute does not read the condition of the current generation")
+// TestRouteHolders: a Watcher holds a route when it controls the
+// VirtualService of its own name; anything else (another name, a plain
+// owner reference, another kind) does not count, and a failed list is an
+// error.
+func TestRouteHolders(t *testing.T) {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(istionetworkingv1.AddToScheme(s))
+	holder, renamed, plain := watcher("ns", "holder", 0), watcher("ns", "renamed", 0), watcher("ns", "plain", 0)
+	ref := func(w *v1beta2.Watcher) metav1.OwnerReference {
+		return *metav1.NewControllerRef(w, v1beta2.GroupVersion.WithKind("Watcher"))
 	}
-
-	s := runtime.NewScheme()
-	if err := istionetworkingv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
+	vs := func(name string, refs ...metav1.OwnerReference) client.Object {
+		return &istionetworkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, OwnerReferences: refs}}
 	}
-	vs := func(name string, owner *v1beta2.Watcher, kind string) *istionetworkingv1.VirtualService {
-		v := &istionetworkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "kcp", Name: name}}
-		ref := *metav1.NewControllerRef(owner, v1beta2.GroupVersion.WithKind(kind))
-		v.OwnerReferences = []metav1.OwnerReference{ref}
-		return v
-	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		vs("holder", &holder, "Watcher"),
-		vs("not-the-forger", &forger, "Watcher"), // controlled by the forger, but not of its name
-		vs("loser", &loser, "Kyma"),              // of its name, but not controlled by a Watcher
-	).Build()
-	holders, err := routeowner.RouteHolders(context.Background(), c)
+	notController := ref(plain)
+	notController.Controller = nil
+	otherKind := ref(watcher("ns", "cm", 0))
+	otherKind.Kind = "ConfigMap"
+	c := fakecluster.New(t, s, fakecluster.WithObjects(vs("holder", ref(holder)), vs("other-name", ref(renamed)), vs("plain", notController), vs("cm", otherKind)))
+	got, err := routeowner.RouteHolders(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(holders) != 1 || !holders[holder.UID] {
-		t.Fatalf("holders %v, want only %s", holders, holder.UID)
+	if len(got) != 1 || !got[holder.UID] {
+		t.Errorf("holders %v, want %s only", got, holder.UID)
 	}
+	c.Fail(fakecluster.List, "VirtualService", "", fakecluster.ErrUnreachable, 1)
+	if _, err := routeowner.RouteHolders(context.Background(), c); !errors.Is(err, fakecluster.ErrUnreachable) {
+		t.Errorf("list failed: %v", err)
+	}
+}
 
-	in := []v1beta2.Watcher{holder, forger, loser}
-	out := routeowner.TrustRoutes(in, holders)
-	if !routeowner.HoldsRoute(&out[0]) || routeowner.HoldsRoute(&out[1]) || routeowner.HoldsRoute(&out[2]) {
-		t.Errorf("trusted routes: holder %t, forger %t, loser %t; want true, false, false",
-			routeowner.HoldsRoute(&out[0]), routeowner.HoldsRoute(&out[1]), routeowner.HoldsRoute(&out[2]))
+// TestTrustRoutes: each Watcher's route condition is what the holders say
+// for its current generation, whatever its status claimed; the input is
+// not modified.
+func TestTrustRoutes(t *testing.T) {
+	holds, forged, stale, quiet := watcher("ns", "holds", 0), routeCondition(watcher("ns", "forged", 1), metav1.ConditionTrue, 2),
+		routeCondition(watcher("ns", "stale", 2), metav1.ConditionTrue, 1), watcher("ns", "quiet", 3)
+	in := []v1beta2.Watcher{*holds, *forged, *stale, *quiet}
+	out := routeowner.TrustRoutes(in, map[types.UID]bool{holds.UID: true, stale.UID: true})
+	for i, want := range []bool{true, false, true, false} {
+		if got := routeowner.HoldsRoute(&out[i]); got != want {
+			t.Errorf("%s: holds %t, want %t", out[i].Name, got, want)
+		}
 	}
-	if routeowner.HoldsRoute(&in[0]) || !routeowner.HoldsRoute(&in[1]) {
-		t.Error("TrustRoutes modified the Watchers it was given")
+	if c := meta.FindStatusCondition(out[0].Status.Conditions, routeowner.ConditionVirtualService); c.Reason != routeowner.ReasonApplied {
+		t.Errorf("holder's condition %+v", c)
+	}
+	if c := meta.FindStatusCondition(out[1].Status.Conditions, routeowner.ConditionVirtualService); c.Reason != "NoVirtualService" || c.ObservedGeneration != 2 {
+		t.Errorf("forged condition %+v", c)
+	}
+	if len(out[3].Status.Conditions) != 0 {
+		t.Errorf("a Watcher without a route and no claim got %+v", out[3].Status.Conditions)
+	}
+	if !routeowner.HoldsRoute(&in[1]) || routeowner.HoldsRoute(&in[2]) {
+		t.Error("TrustRoutes modified its input")
 	}
 }
