@@ -79,9 +79,13 @@ test: envtest-assets verify ## Unit, integration and e2e tests against real API 
 ##@ Development
 
 .PHONY: test-unit
-test-unit: ## The inner loop: every test that needs no API server (go test -short; no bin/k8s); about 2.5 CPU-minutes with a warm build cache.
-	@# -short skips each test that starts API servers (testenv.SkipIfShort) or
-	@# clones the repository (test/verify); `make test` runs them all.
+test-unit: ## The inner loop: every test that needs no API server (go test -short; no bin/k8s, no binary built); about 1.4 CPU-minutes with a warm build cache and a cold test cache.
+	@# -short skips each test that starts API servers or builds a binary
+	@# (testenv.SkipIfShort; testenv.BuildBinary fails under -short) or
+	@# clones the repository (test/verify); `make test` runs them all. The
+	@# reconcilers run against test/fakecluster here. Measured at 472dfa5 with
+	@# `go clean -testcache; /usr/bin/time -v make test-unit` on 2 cores shared
+	@# with other work (load average 2): 70 s user + 17 s system, 0:51 wall.
 	go test -short $(GO_TEST_UNIT_FLAGS) ./...
 	cd test/tools/monitoring && go test -short $(GO_TEST_UNIT_FLAGS) ./...
 
@@ -122,7 +126,7 @@ FUZZTIME_SHORT ?= 100000x
 FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./identity/:FuzzIsDNS1123Subdomain \
 	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual \
 	./skr-webhook/:FuzzReadManagers ./listener/:FuzzDecodeWatchEvent ./listener/:FuzzLinkedTraceParent ./ext-authz/framelimit/:FuzzParser ./skrclient/:FuzzBounded \
-	./ext-authz/cafile/:FuzzParse ./vs-controller/trust/:FuzzParseBundle
+	./filewatch/:FuzzParseCABundle ./vs-controller/trust/:FuzzParseBundle
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.

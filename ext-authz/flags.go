@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,11 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
@@ -41,8 +41,6 @@ type options struct {
 	decisionLog   decisionlog.Options
 	dryRun        server.DryRun
 	otlpEndpoint  string
-
-	caBundle *cafile.Bundle // caFile as read at start
 }
 
 // parseFlags parses and validates args (without the program name). -h and
@@ -76,71 +74,75 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if err := o.Parse(fs, args); err != nil || o.Version {
 		return o, err
 	}
+	if errs := o.validate(fs, *dryRunPaths); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return o, nil
+}
+
+// validate checks every flag, collecting every problem, and sets what
+// the flags imply (the stream workers' default, the dry-run paths).
+func (o *options) validate(fs *flag.FlagSet, dryRunPaths string) field.ErrorList {
+	var errs field.ErrorList
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", o.grpcAddr}, {"metrics-bind-address", o.metricsAddr}, {"health-probe-bind-address", o.healthAddr}} {
 		if err := validAddr(a.addr); err != nil {
-			return nil, fmt.Errorf("--%s %q: %w", a.flag, a.addr, err)
+			errs = append(errs, field.Invalid(startup.Flag(a.flag), a.addr, err.Error()))
 		}
 	}
 	seen := map[string]bool{}
 	for _, a := range []string{o.grpcAddr, o.metricsAddr, o.healthAddr} {
 		if seen[a] && !strings.HasSuffix(a, ":0") {
-			return nil, fmt.Errorf("--grpc-addr, --metrics-bind-address and --health-probe-bind-address must differ (%s, %s, %s)", o.grpcAddr, o.metricsAddr, o.healthAddr)
+			errs = append(errs, field.Invalid(startup.Flag("grpc-addr"), a,
+				fmt.Sprintf("--grpc-addr, --metrics-bind-address and --health-probe-bind-address must differ (%s, %s, %s)", o.grpcAddr, o.metricsAddr, o.healthAddr)))
+			break
 		}
 		seen[a] = true
 	}
-	if errs := validation.IsDNS1123Label(o.kymaNamespace); len(errs) > 0 {
-		return nil, fmt.Errorf("--kyma-namespace %q: %s", o.kymaNamespace, strings.Join(errs, "; "))
-	}
-	if o.apiTimeout <= 0 || o.shutdownGrace <= 0 {
-		return nil, errors.New("--api-timeout and --shutdown-grace must be positive")
-	}
-	if o.checkTimeout < 10*time.Millisecond || o.checkTimeout > 5*time.Minute {
-		return nil, fmt.Errorf("--check-timeout %s: want 10ms to 5m", o.checkTimeout)
-	}
-	if o.kymaLostAfter <= 0 || o.kymaLostAfter > time.Hour {
-		return nil, fmt.Errorf("--kyma-lost-after %s: want more than 0 and at most 1h", o.kymaLostAfter)
-	}
-	if o.caInterval <= 0 || o.caInterval > time.Hour {
-		return nil, fmt.Errorf("--ca-reload-interval %s: want more than 0 and at most 1h", o.caInterval)
-	}
-	if o.maxStreams < 1 || o.maxStreams > 4096 || o.maxConns < 1 || o.maxConns > 4096 || o.maxStreamsAll < 1 || o.maxStreamsAll > 4096 {
-		return nil, errors.New("--max-concurrent-streams, --max-connections and --max-total-streams must be between 1 and 4096")
-	}
+	errs = startup.Collect(errs,
+		startup.DNSLabel("kyma-namespace", o.kymaNamespace),
+		startup.Positive("api-timeout", o.apiTimeout),
+		startup.Positive("shutdown-grace", o.shutdownGrace),
+		startup.DurationRange("check-timeout", o.checkTimeout, 10*time.Millisecond, 5*time.Minute),
+		startup.DurationRange("kyma-lost-after", o.kymaLostAfter, time.Nanosecond, time.Hour),
+		startup.DurationRange("ca-reload-interval", o.caInterval, time.Nanosecond, time.Hour),
+		startup.IntRange("max-concurrent-streams", int(min(o.maxStreams, 1<<20)), 1, 4096),
+		startup.IntRange("max-connections", o.maxConns, 1, 4096),
+		startup.IntRange("max-total-streams", o.maxStreamsAll, 1, 4096),
+	)
 	workersSet := false
 	fs.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "stream-workers" })
 	if !workersSet {
 		o.streamWorkers = min(o.streamWorkers, o.maxStreamsAll) // the default never conflicts with a smaller --max-total-streams
 	}
 	if o.streamWorkers < 0 || o.streamWorkers > o.maxStreamsAll {
-		return nil, fmt.Errorf("--stream-workers %d: want 0 to --max-total-streams (%d)", o.streamWorkers, o.maxStreamsAll)
+		errs = append(errs, field.Invalid(startup.Flag("stream-workers"), o.streamWorkers, fmt.Sprintf("must be from 0 to --max-total-streams (%d)", o.maxStreamsAll)))
 	}
 	if err := o.decisionLog.Validate(); err != nil {
-		return nil, fmt.Errorf("--decision-log-*: %w", err)
+		errs = append(errs, field.Invalid(startup.Flag("decision-log-*"), "", err.Error()))
 	}
-	if *dryRunPaths != "" {
-		for _, p := range strings.Split(*dryRunPaths, ",") {
+	if dryRunPaths != "" {
+		for _, p := range strings.Split(dryRunPaths, ",") {
 			if p = strings.TrimSpace(p); !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#") {
-				return nil, fmt.Errorf("--dry-run-paths: %q is not a path starting with /", p)
+				errs = append(errs, field.Invalid(startup.Flag("dry-run-paths"), p, "not a path starting with /"))
+				continue
 			}
 			o.dryRun.PathPrefixes = append(o.dryRun.PathPrefixes, p)
 		}
 	}
 	if err := tracing.ValidateEndpoint(o.otlpEndpoint); err != nil {
-		return nil, fmt.Errorf("--otlp-traces-endpoint: %w", err)
+		errs = append(errs, field.Invalid(startup.Flag("otlp-traces-endpoint"), o.otlpEndpoint, err.Error()))
 	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
+			errs = append(errs, field.Invalid(startup.Flag("kubeconfig"), o.kubeconfig, err.Error()))
 		}
 	}
 	if o.caFile != "" {
-		b, err := cafile.Load(o.caFile, time.Now())
-		if err != nil {
-			return nil, fmt.Errorf("--ca-file %s: %w", o.caFile, err)
+		if _, err := filewatch.LoadCABundle(o.caFile, time.Now()); err != nil {
+			errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, err.Error()))
 		}
-		o.caBundle = b
 	}
-	return o, nil
+	return errs
 }
 
 // validAddr accepts host:port with a numeric port (host may be empty).

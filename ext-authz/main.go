@@ -47,6 +47,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
@@ -57,184 +58,47 @@ import (
 
 func main() { startup.Main("ext-authz", parseFlags, run) }
 
-// run serves until ctx is done (graceful stop) or something fails.
+// run serves until ctx is done (graceful stop) or something fails, in
+// named steps: connect to the KCP, listen on every address, authorize
+// (the Check server and what it rests on), serve (gRPC, health, metrics,
+// the Kyma reflector, the CA file), follow readiness, and stop.
 func run(ctx context.Context, o *options, log logr.Logger) error {
-	cfg, err := restConfig(o.kubeconfig)
+	kcp, kymaResource, err := connect(o)
 	if err != nil {
 		return err
 	}
-	cfg.UserAgent = "ext-authz"
-	if err := checkAPIServer(cfg, o.apiTimeout); err != nil {
-		return err
-	}
-
-	kymaResource, err := discover(cfg, o.apiTimeout)
+	lis, err := listen(o) // a taken port fails at once
 	if err != nil {
 		return err
 	}
-	kymas := kymastore.New()
-
-	// Listen on everything first, so a taken port fails at once.
-	grpcLis, err := net.Listen("tcp", o.grpcAddr)
-	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
-	}
-	metricsLis, err := net.Listen("tcp", o.metricsAddr)
-	if err != nil {
-		return fmt.Errorf("--metrics-bind-address: %w", err)
-	}
-	healthLis, err := net.Listen("tcp", o.healthAddr)
-	if err != nil {
-		return fmt.Errorf("--health-probe-bind-address: %w", err)
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fipsmode.Collector("runtime_watcher_ext_authz_fips140_enabled"))
 	if err := registerClientMetrics(reg); err != nil {
 		return err
 	}
-	metrics, err := server.NewMetrics(reg)
+	kymas := kymastore.New()
+	a, err := authorize(ctx, o, reg, kymas, log)
 	if err != nil {
 		return err
 	}
-
-	var ready atomic.Bool
-	verifier := &pinning.Verifier{Lookup: kymas}
-	var caWatcher *cafile.Watcher
-	if o.caBundle != nil {
-		caMetrics, err := cafile.NewMetrics(reg)
-		if err != nil {
-			return err
-		}
-		verifier.SetRoots(o.caBundle.Pool)
-		caWatcher = &cafile.Watcher{
-			Path: o.caFile, Initial: o.caBundle, Interval: o.caInterval, Metrics: caMetrics, Log: log.WithName("ca-file"),
-			// The swap is one atomic store; Checks read the roots with one
-			// atomic load and re-verify chains verified against older roots.
-			Apply: func(b *cafile.Bundle) { verifier.SetRoots(b.Pool) },
-		}
-		log.Info("CA file loaded", "file", o.caFile, "cas", o.caBundle.Summary(), "expired", o.caBundle.Expired)
-	}
-	frames, err := framelimit.NewMetrics(reg)
+	defer a.flushTraces(o.shutdownGrace)
+	s, err := newServers(o, reg, a)
 	if err != nil {
 		return err
 	}
-	decisions, err := decisionlog.New(o.decisionLog, log.WithName("decision"), reg)
-	if err != nil {
-		return err
-	}
-	authzCfg := server.Config{Log: decisions, DryRun: o.dryRun}
-	tp, err := tracing.Setup(ctx, tracing.Options{Endpoint: o.otlpEndpoint, Service: "ext-authz", Getenv: os.Getenv})
-	if err != nil {
-		return err
-	}
-	if tp != nil {
-		authzCfg.Tracer = tp.Tracer("github.com/seed-c8be168e/runtime-watcher/ext-authz")
-		defer func() {
-			sctx, scancel := context.WithTimeout(context.Background(), o.shutdownGrace)
-			defer scancel()
-			_ = tp.Shutdown(sctx) // flushes the spans
-		}()
-		log.Info("tracing on: Check spans exported over OTLP")
-	}
-	authz := server.New(verifier, ready.Load, metrics, authzCfg)
-
-	streams, err := streamlimit.New(o.maxStreamsAll, reg)
-	if err != nil {
-		return err
-	}
-	grpcServer := grpc.NewServer(append(serverOptions(o), grpc.InTapHandle(streamlimit.WithTimeout(o.checkTimeout, streams.Tap)))...)
-	authv3.RegisterAuthorizationServer(grpcServer, authz)
-	healthSrv := health.NewServer()
-	healthpb.RegisterHealthServer(grpcServer, healthSrv)
-	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
-		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
-	}
-
-	rd := readiness{kymas: kymas, lostAfter: o.kymaLostAfter, now: time.Now}
-	if caWatcher != nil {
-		rd.bundle = caWatcher.Current
-	}
-	// Ready: the rule of readiness, and not shutting down (ready is false
-	// then; Checks read ready alone: once synced they answer from the
-	// cache, also while the API server is away).
-	readyErr := func() error {
-		if err := rd.check(); err != nil {
-			return err
-		}
-		if !ready.Load() {
-			return errors.New("shutting down")
-		}
-		return nil
-	}
-	healthMux := http.NewServeMux()
-	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := readyErr(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	metricsMux := http.NewServeMux()
-	metricsMux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	healthHTTP := &http.Server{Handler: healthMux, ReadHeaderTimeout: 5 * time.Second}
-	metricsHTTP := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 4)
-	go func() { errc <- wrap("Kyma reflector", kymas.Run(ctx, cfg, kymaResource, o.kymaNamespace)) }()
-	go func() {
-		errc <- wrap("gRPC server", grpcServer.Serve(netutil.LimitListener(&framelimit.Listener{Listener: grpcLis, Metrics: frames}, o.maxConns)))
-	}()
-	go func() { errc <- wrap("health server", healthHTTP.Serve(healthLis)) }()
-	go func() { errc <- wrap("metrics server", metricsHTTP.Serve(metricsLis)) }()
-	if caWatcher != nil {
+	go func() { errc <- wrap("Kyma reflector", kymas.Run(ctx, kcp, kymaResource, o.kymaNamespace)) }()
+	s.serve(lis, o.maxConns, errc)
+	if a.caFile != nil {
 		// Not a component that can fail: a bad file keeps the CAs in use.
-		go func() { _ = caWatcher.Run(ctx) }()
+		go func() { _ = a.caFile.Run(ctx) }()
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-kymas.Synced():
-		}
-		// The gRPC health status follows readiness's rule, re-evaluated every
-		// second; it is set before ready turns true, so that /readyz never
-		// says ready while gRPC health still says NOT_SERVING. Shutdown
-		// (healthSrv.Shutdown) overrides it.
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		was := errors.New("not serving yet")
-		for first := true; ; first = false {
-			err := rd.check()
-			if (err == nil) != (was == nil) {
-				status := healthpb.HealthCheckResponse_SERVING
-				if err != nil {
-					status = healthpb.HealthCheckResponse_NOT_SERVING
-					log.Info("not ready", "reason", err.Error())
-				} else if !first {
-					log.Info("ready again")
-				}
-				for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
-					healthSrv.SetServingStatus(svc, status)
-				}
-			}
-			was = err
-			if first {
-				ready.Store(true)
-				log.Info("Kyma cache synced; serving")
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	log.Info("ext-authz started", "grpcAddr", grpcLis.Addr().String(), "healthAddr", healthLis.Addr().String(),
-		"metricsAddr", metricsLis.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get(),
+	go followReadiness(ctx, kymas, a, s.health, log)
+	log.Info("ext-authz started", "grpcAddr", lis.grpc.Addr().String(), "healthAddr", lis.health.Addr().String(),
+		"metricsAddr", lis.metrics.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get(),
 		"dryRun", o.dryRun.All, "dryRunPaths", o.dryRun.PathPrefixes)
 
 	var runErr error
@@ -243,23 +107,234 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		log.Info("shutting down")
 	case runErr = <-errc:
 	}
+	a.ready.Store(false)
+	s.stop(o.shutdownGrace)
+	return runErr
+}
 
-	// Graceful stop: report not serving, let in-flight Checks finish.
-	ready.Store(false)
-	healthSrv.Shutdown()
+// connect makes the KCP's client configuration, waits up to --api-timeout
+// for its API server and finds the Kyma resource.
+func connect(o *options) (*rest.Config, schema.GroupVersionResource, error) {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return nil, schema.GroupVersionResource{}, err
+	}
+	cfg.UserAgent = "ext-authz"
+	if err := checkAPIServer(cfg, o.apiTimeout); err != nil {
+		return nil, schema.GroupVersionResource{}, err
+	}
+	kymaResource, err := discover(cfg, o.apiTimeout)
+	if err != nil {
+		return nil, schema.GroupVersionResource{}, err
+	}
+	return cfg, kymaResource, nil
+}
+
+// listeners are ext-authz's three addresses, bound before anything runs.
+type listeners struct{ grpc, metrics, health net.Listener }
+
+func listen(o *options) (listeners, error) {
+	var l listeners
+	for _, a := range []struct {
+		flag, addr string
+		ln         *net.Listener
+	}{
+		{"grpc-addr", o.grpcAddr, &l.grpc},
+		{"metrics-bind-address", o.metricsAddr, &l.metrics},
+		{"health-probe-bind-address", o.healthAddr, &l.health},
+	} {
+		ln, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			for _, open := range []net.Listener{l.grpc, l.metrics, l.health} {
+				if open != nil {
+					_ = open.Close()
+				}
+			}
+			return listeners{}, fmt.Errorf("--%s: %w", a.flag, err)
+		}
+		*a.ln = ln
+	}
+	return l, nil
+}
+
+// authorizer is the Check server and what it rests on: the SAN-pinning
+// verifier over the Kyma store, the CA file (optional), readiness.
+type authorizer struct {
+	server      *server.Server
+	ready       atomic.Bool // Checks are answered (not 503) once true
+	caFile      *cafile.Watcher
+	readiness   readiness
+	flushTraces func(grace time.Duration)
+}
+
+// authorize builds the Check server: SAN pinning (with --ca-file, also
+// the chain, its roots reloaded), the decision log, tracing.
+func authorize(ctx context.Context, o *options, reg *prometheus.Registry, kymas *kymastore.Store, log logr.Logger) (*authorizer, error) {
+	a := &authorizer{flushTraces: func(time.Duration) {}}
+	metrics, err := server.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	verifier := &pinning.Verifier{Lookup: kymas}
+	a.readiness = readiness{kymas: kymas, lostAfter: o.kymaLostAfter, now: time.Now}
+	if o.caFile != "" {
+		caMetrics, err := cafile.NewMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		a.caFile = &cafile.Watcher{
+			Path: o.caFile, Interval: o.caInterval, Metrics: caMetrics, Log: log.WithName("ca-file"),
+			// The swap is one atomic store; Checks read the roots with one
+			// atomic load and re-verify chains verified against older roots.
+			Apply: func(b *filewatch.CABundle) { verifier.SetRoots(b.Pool) },
+		}
+		if err := a.caFile.Init(); err != nil {
+			return nil, fmt.Errorf("--ca-file %s: %w", o.caFile, err)
+		}
+		a.readiness.bundle = a.caFile.Current
+	}
+	decisions, err := decisionlog.New(o.decisionLog, log.WithName("decision"), reg)
+	if err != nil {
+		return nil, err
+	}
+	cfg := server.Config{Log: decisions, DryRun: o.dryRun}
+	tp, err := tracing.Setup(ctx, tracing.Options{Endpoint: o.otlpEndpoint, Service: "ext-authz", Getenv: os.Getenv})
+	if err != nil {
+		return nil, err
+	}
+	if tp != nil {
+		cfg.Tracer = tp.Tracer("github.com/seed-c8be168e/runtime-watcher/ext-authz")
+		a.flushTraces = func(grace time.Duration) {
+			sctx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			_ = tp.Shutdown(sctx) // flushes the spans
+		}
+		log.Info("tracing on: Check spans exported over OTLP")
+	}
+	a.server = server.New(verifier, a.ready.Load, metrics, cfg)
+	return a, nil
+}
+
+// readyErr is why ext-authz is not ready: readiness's rule, or shutting
+// down (ready is false then; Checks read ready alone: once synced they
+// answer from the cache, also while the API server is away).
+func (a *authorizer) readyErr() error {
+	if err := a.readiness.check(); err != nil {
+		return err
+	}
+	if !a.ready.Load() {
+		return errors.New("shutting down")
+	}
+	return nil
+}
+
+// servers are the gRPC server (Checks and gRPC health, bounded) and the
+// plain HTTP health and metrics servers.
+type servers struct {
+	grpc        *grpc.Server
+	health      *health.Server
+	frames      *framelimit.Metrics
+	healthHTTP  *http.Server
+	metricsHTTP *http.Server
+}
+
+func newServers(o *options, reg *prometheus.Registry, a *authorizer) (*servers, error) {
+	s := &servers{}
+	var err error
+	if s.frames, err = framelimit.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	streams, err := streamlimit.New(o.maxStreamsAll, reg)
+	if err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(append(serverOptions(o), grpc.InTapHandle(streamlimit.WithTimeout(o.checkTimeout, streams.Tap)))...)
+	authv3.RegisterAuthorizationServer(s.grpc, a.server)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
+		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	healthMux := http.NewServeMux()
+	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.readyErr(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	s.healthHTTP = &http.Server{Handler: healthMux, ReadHeaderTimeout: 5 * time.Second}
+	s.metricsHTTP = &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
+}
+
+// serve runs the three servers on lis; a server that fails reports on errc.
+func (s *servers) serve(lis listeners, maxConns int, errc chan<- error) {
+	go func() {
+		errc <- wrap("gRPC server", s.grpc.Serve(netutil.LimitListener(&framelimit.Listener{Listener: lis.grpc, Metrics: s.frames}, maxConns)))
+	}()
+	go func() { errc <- wrap("health server", s.healthHTTP.Serve(lis.health)) }()
+	go func() { errc <- wrap("metrics server", s.metricsHTTP.Serve(lis.metrics)) }()
+}
+
+// stop reports not serving and lets in-flight Checks finish within grace.
+func (s *servers) stop(grace time.Duration) {
+	s.health.Shutdown()
 	done := make(chan struct{})
-	go func() { grpcServer.GracefulStop(); close(done) }()
+	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(o.shutdownGrace):
-		grpcServer.Stop()
+	case <-time.After(grace):
+		s.grpc.Stop()
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), o.shutdownGrace)
-	defer scancel()
-	_ = healthHTTP.Shutdown(sctx)
-	_ = metricsHTTP.Shutdown(sctx)
-	cancel()
-	return runErr
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	_ = s.healthHTTP.Shutdown(sctx)
+	_ = s.metricsHTTP.Shutdown(sctx)
+}
+
+// followReadiness waits for the Kyma cache to sync, then makes Checks
+// answer (a.ready) and keeps the gRPC health status on readiness's rule,
+// re-evaluated every second. The status is set before ready turns true, so
+// /readyz never says ready while gRPC health still says NOT_SERVING;
+// shutdown (health.Shutdown) overrides it.
+func followReadiness(ctx context.Context, kymas *kymastore.Store, a *authorizer, hs *health.Server, log logr.Logger) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-kymas.Synced():
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	was := errors.New("not serving yet")
+	for first := true; ; first = false {
+		err := a.readiness.check()
+		if (err == nil) != (was == nil) {
+			status := healthpb.HealthCheckResponse_SERVING
+			if err != nil {
+				status = healthpb.HealthCheckResponse_NOT_SERVING
+				log.Info("not ready", "reason", err.Error())
+			} else if !first {
+				log.Info("ready again")
+			}
+			for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName} {
+				hs.SetServingStatus(svc, status)
+			}
+		}
+		was = err
+		if first {
+			a.ready.Store(true)
+			log.Info("Kyma cache synced; serving")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // MaxCheckBytes bounds one gRPC message (docs/architecture.md §4.10): a

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 )
 
 // DefaultKymaLostAfter is --kyma-lost-after's default.
@@ -24,7 +24,7 @@ type kymaState interface {
 // bundle in use expired. bundle is nil without --ca-file.
 type readiness struct {
 	kymas     kymaState
-	bundle    func() *cafile.Bundle
+	bundle    func() *filewatch.CABundle
 	lostAfter time.Duration
 	now       func() time.Time
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 )
 
 type fakeKymas struct {
@@ -23,7 +23,7 @@ func (f *fakeKymas) FailingSince() time.Time { return f.failing }
 func TestReadiness(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	ca := &x509.Certificate{NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
-	bundle := &cafile.Bundle{CAs: []*x509.Certificate{{NotAfter: now.Add(-time.Minute)}, ca}}
+	bundle := &filewatch.CABundle{CAs: []*x509.Certificate{{NotAfter: now.Add(-time.Minute)}, ca}}
 	k := &fakeKymas{synced: make(chan struct{})}
 	r := readiness{kymas: k, lostAfter: time.Minute, now: func() time.Time { return now }}
 	want := func(sub string) {
@@ -48,8 +48,8 @@ func TestReadiness(t *testing.T) {
 	want("")
 
 	// With --ca-file.
-	var current *cafile.Bundle
-	r.bundle = func() *cafile.Bundle { return current }
+	var current *filewatch.CABundle
+	r.bundle = func() *filewatch.CABundle { return current }
 	want("no CA bundle loaded")
 	current = bundle
 	want("") // one CA expired, one valid

@@ -38,6 +38,9 @@ func TestDependencies(t *testing.T) {
 		module + "/api/v1beta2": true,
 		// SAN pinning without client-go (identity re-exports it).
 		module + "/identity/pinning": true,
+		// Reloading the TLS and CA files (fsnotify, logr and the
+		// standard library).
+		module + "/filewatch": true,
 		// --version of the example operator: standard library only.
 		module + "/version": true,
 		// How the example operator starts (startup.Main: flags, zap

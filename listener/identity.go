@@ -2,6 +2,7 @@ package listener
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net/http"
 	"net/textproto"
@@ -73,6 +74,28 @@ func WithSANPinning(v SANVerifier) Option {
 			return errors.New("WithSANPinning: nil verifier")
 		}
 		c.auth = &pinningAuth{v: v}
+		return nil
+	}
+}
+
+// RootsSetter is a SANVerifier whose CA roots can be replaced while it is
+// in use (*identity.Verifier's SetRoots).
+type RootsSetter interface {
+	SetRoots(*x509.CertPool)
+}
+
+// WithClientCAFile makes SAN pinning (WithSANPinning, whose verifier must
+// be a RootsSetter) also require the client certificate to chain to the CAs
+// of the PEM file path (filewatch.ParseCABundle: CA certificates only, one
+// at least not expired). The file is read by New (an unusable file is an
+// error) and reloaded while the listener runs (package filewatch); an
+// unusable new content keeps the CAs in use.
+func WithClientCAFile(path string) Option {
+	return func(c *config) error {
+		if path == "" {
+			return errors.New("WithClientCAFile: empty path")
+		}
+		c.caFile = path
 		return nil
 	}
 }

@@ -6,14 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/volume"
 )
 
 // fakeLookup stands in for the Kyma cache: runtimes by ID, or an error.
@@ -196,4 +201,49 @@ func TestVerifyFunc(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientCAFile: with WithClientCAFile the pinning verifier's roots are
+// the file's CAs, and a changed file is used while the listener runs (a CA
+// rotation: trust moves from one CA to the next without a restart).
+func TestClientCAFile(t *testing.T) {
+	g := gomega.NewWithT(t)
+	caA, err := pki.NewCA("ca-a")
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	caB, err := pki.NewCA("ca-b")
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	leafOf := func(ca *pki.CA) *pki.Leaf {
+		l, err := ca.Issue(pki.LeafOptions{CommonName: "runtime-a", DNSNames: []string{"a.skr.example.com"}})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		return l
+	}
+	fromA, fromB := leafOf(caA), leafOf(caB)
+	vol, err := volume.New(filepath.Join(t.TempDir(), "ca"))
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(vol.Write(map[string][]byte{"ca.crt": caA.PEM})).To(gomega.Succeed())
+	lookup := fakeLookup{runtimes: map[string]identity.Runtime{"runtime-a": {ID: "runtime-a", SKRDomain: "a.skr.example.com"}}}
+
+	for _, opts := range [][]listener.Option{
+		{listener.WithClientCAFile(vol.File("ca.crt"))},                                                               // no SAN pinning
+		{listener.WithSANPinning(slowVerifier{}), listener.WithClientCAFile(vol.File("ca.crt"))},                      // cannot take roots
+		{listener.WithSANPinning(&identity.Verifier{Lookup: lookup}), listener.WithClientCAFile(vol.File("missing"))}, // unreadable
+		{listener.WithClientCAFile("")},
+	} {
+		if _, err := listener.New(":0", testManager, append(opts, listener.WithRegisterer(prometheus.NewRegistry()))...); err == nil {
+			t.Errorf("New accepted %d options with an unusable client CA file", len(opts))
+		}
+	}
+
+	s := start(t, listener.WithSANPinning(&identity.Verifier{Lookup: lookup}), listener.WithClientCAFile(vol.File("ca.crt")))
+	status := func(l *pki.Leaf) func() int {
+		return func() int {
+			resp, _ := s.do(t, http.MethodPost, s.l.Path(), body(validBody), hdr(contract.HeaderXFCC, envoyXFCC(l)))
+			return resp.StatusCode
+		}
+	}
+	g.Expect(status(fromA)()).To(gomega.Equal(http.StatusOK))
+	g.Expect(status(fromB)()).To(gomega.Equal(http.StatusForbidden))
+	g.Expect(vol.Write(map[string][]byte{"ca.crt": caB.PEM})).To(gomega.Succeed())
+	g.Eventually(status(fromB)).WithTimeout(15 * time.Second).Should(gomega.Equal(http.StatusOK))
+	g.Expect(status(fromA)()).To(gomega.Equal(http.StatusForbidden))
 }

@@ -56,13 +56,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 )
 
 // Defaults of the options.
@@ -96,6 +96,7 @@ type Listener struct {
 	serving    atomic.Bool
 	boundAddr  atomic.Value // string
 	stopped    chan struct{}
+	caWatcher  *filewatch.Watcher // WithClientCAFile
 	stopOnce   sync.Once
 
 	seen         *lastSeen
@@ -126,6 +127,7 @@ type config struct {
 	tlsConfig      *tls.Config
 	certFile       string
 	keyFile        string
+	caFile         string
 	netListener    net.Listener
 	needLeader     bool
 	owns           func(ctx context.Context, runtimeID string) bool // WithOwner
@@ -177,6 +179,32 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 	if pa, ok := c.auth.(*pinningAuth); ok {
 		pa.timeout = c.verifyTimeout
 	}
+	var caWatcher *filewatch.Watcher
+	if c.caFile != "" {
+		pa, ok := c.auth.(*pinningAuth)
+		if !ok {
+			return nil, errors.New("listener: WithClientCAFile needs WithSANPinning")
+		}
+		rs, ok := pa.v.(RootsSetter)
+		if !ok {
+			return nil, errors.New("listener: WithClientCAFile needs a verifier with SetRoots")
+		}
+		caWatcher = &filewatch.Watcher{Name: "client CA file", Paths: []string{c.caFile}, Log: ctrllog.Log.WithName("listener").WithName("ca-file"),
+			Load: func(contents [][]byte) error {
+				b, err := filewatch.ParseCABundle(contents[0], time.Now())
+				if err != nil {
+					return err
+				}
+				rs.SetRoots(b.Pool)
+				return nil
+			}}
+		if c.log != nil {
+			caWatcher.Log = c.log.WithName("ca-file")
+		}
+		if err := caWatcher.Init(); err != nil {
+			return nil, fmt.Errorf("listener: client CA file %s: %w", c.caFile, err)
+		}
+	}
 	if fa, ok := c.auth.(*funcAuth); ok {
 		fa.timeout = c.verifyTimeout
 	}
@@ -193,6 +221,7 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 		retryAfter: retryAfterValue(c.retryAfter),
 		log:        log.WithValues("manager", managerName),
 		stopped:    make(chan struct{}),
+		caWatcher:  caWatcher,
 	}
 	l.metrics = newMetrics(managerName, l.events)
 	l.seen = newLastSeen(c.lastSeenLimit, c.lastSeenRetention, c.now, l.metrics.evicted)
@@ -259,16 +288,15 @@ func (l *Listener) Start(ctx context.Context) error {
 	}
 	tlsConfig := l.cfg.tlsConfig
 	if l.cfg.certFile != "" {
-		cw, err := certwatcher.New(l.cfg.certFile, l.cfg.keyFile)
+		kp, err := filewatch.NewKeyPair(l.cfg.certFile, l.cfg.keyFile, 0, l.log.WithName("tls-files"))
 		if err != nil {
 			return fmt.Errorf("listener: loading TLS certificate: %w", err)
 		}
-		go func() {
-			if err := cw.Start(ctx); err != nil {
-				l.log.Error(err, "TLS certificate watcher stopped")
-			}
-		}()
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate}
+		go func() { _ = kp.Run(ctx) }()
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: kp.GetCertificate}
+	}
+	if l.caWatcher != nil {
+		go func() { _ = l.caWatcher.Run(ctx) }()
 	}
 	ln := l.cfg.netListener
 	if ln == nil {

@@ -86,7 +86,8 @@ func WithShutdownTimeout(d time.Duration) Option {
 }
 
 // WithTLSFiles serves TLS with the PEM certificate and key files, reloaded
-// when they change (controller-runtime's certwatcher).
+// when they change (package filewatch, modelled on controller-runtime's
+// certwatcher).
 func WithTLSFiles(certFile, keyFile string) Option {
 	return func(c *config) error {
 		if certFile == "" || keyFile == "" {

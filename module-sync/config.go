@@ -1,13 +1,14 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
@@ -50,7 +51,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.Int64Var(&c.servicePort, "service-port", 8082, "Watchers' serviceInfo: the Service's port")
 	fs.StringVar(&c.selector, "gateway-selector", "operator.kyma-project.io/watcher-gateway=default", "Watchers' gateway label selector: key=value[,…]")
 	fs.StringVar(&c.o.Identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
-	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to the CAs of this PEM file (reloaded when it changes)")
 	fs.StringVar(&c.o.TLSCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&c.o.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.DurationVar(&c.o.MirrorInterval, "mirror-interval", syncmanager.DefaultMirrorInterval, "periodic mirror pass per runtime (events make it real-time; this repairs what an event missed)")
@@ -67,10 +68,22 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	if err := c.Parse(fs, args); err != nil || c.Version {
 		return c, err
 	}
+	if errs := c.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return c, nil
+}
+
+// validate checks every flag, collecting every problem, and turns the flag
+// values into c.o.
+func (c *config) validate() field.ErrorList {
 	o := &c.o
+	var errs field.ErrorList
 	var err error
-	if o.ModuleResources, err = syncmanager.ParseModuleResources(c.moduleResources); err != nil {
-		return nil, fmt.Errorf("--module-resources: %w", err)
+	if strings.TrimSpace(c.moduleResources) == "" {
+		errs = append(errs, field.Required(startup.Flag("module-resources"), "module=group/version/resource[,…]"))
+	} else if o.ModuleResources, err = syncmanager.ParseModuleResources(c.moduleResources); err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("module-resources"), c.moduleResources, err.Error()))
 	}
 	o.GatewaySelector = map[string]string{}
 	for _, kv := range strings.Split(c.selector, ",") {
@@ -79,7 +92,8 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--gateway-selector: %q is not key=value", kv)
+			errs = append(errs, field.Invalid(startup.Flag("gateway-selector"), kv, "not key=value"))
+			continue
 		}
 		o.GatewaySelector[k] = v
 	}
@@ -88,6 +102,35 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 			o.PlatformWriters = append(o.PlatformWriters, u)
 		}
 	}
+	if c.servicePort < 1 || c.servicePort > 65535 {
+		errs = append(errs, field.Invalid(startup.Flag("service-port"), c.servicePort, "must be from 1 to 65535"))
+	}
+	if o.RetryMax < o.RetryBase {
+		errs = append(errs, field.Invalid(startup.Flag("retry-max"), o.RetryMax.String(), "must not be less than --retry-base"))
+	}
+	if o.CAFile != "" && o.Identity != "san-pinning" {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.CAFile, "needs --identity=san-pinning"))
+	} else if _, err := filewatch.LoadCABundle(o.CAFile, time.Now()); o.CAFile != "" && err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.CAFile, err.Error()))
+	}
+	if c.qps <= 0 {
+		errs = append(errs, field.Invalid(startup.Flag("kube-api-qps"), c.qps, "must be positive"))
+	}
+	errs = startup.Collect(errs,
+		startup.DNSLabel("kyma-namespace", o.KymaNamespace),
+		startup.DNSLabel("manager", o.Manager),
+		startup.DNSLabel("service-name", c.serviceName),
+		startup.OneOf("identity", o.Identity, "header", "san-pinning"),
+		startup.Together("tls-cert-file", o.TLSCertFile, "tls-key-file", o.TLSKeyFile),
+		startup.IntRange("workers", o.Workers, 1, 1024),
+		startup.IntRange("kube-api-burst", c.burst, 1, 10000),
+		startup.Positive("mirror-interval", o.MirrorInterval),
+		startup.Positive("drift-interval", o.DriftInterval),
+		startup.Positive("retry-base", o.RetryBase),
+		startup.Positive("skr-timeout", o.SKRTimeout),
+		startup.NotNegative("confirm-delay", o.ConfirmDelay),
+		startup.NotNegative("pass-timeout", o.PassTimeout),
+	)
 	o.Service.Name, o.Service.Namespace, o.Service.Port = c.serviceName, o.KymaNamespace, c.servicePort
-	return c, nil
+	return errs
 }

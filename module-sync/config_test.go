@@ -48,13 +48,24 @@ func TestParseConfig(t *testing.T) {
 				t.Error("Version not set")
 			}
 		}},
-		{Name: "no module resources", Args: nil, WantErr: "--module-resources: no module resources"},
-		{Name: "bad module resource", Args: []string{"--module-resources", "samples"}, WantErr: "--module-resources"},
-		{Name: "selector without =", Args: with("--gateway-selector", "gateway"), WantErr: `--gateway-selector: "gateway" is not key=value`},
-		{Name: "selector without key", Args: with("--gateway-selector", "=x"), WantErr: "--gateway-selector"},
-		{Name: "bad duration", Args: with("--mirror-interval", "hourly"), WantErr: "invalid value"},
-		{Name: "unknown flag", Args: with("--nope"), WantErr: "flag provided but not defined"},
-		{Name: "argument", Args: with("run"), WantErr: "unexpected arguments"},
+		{Name: "no module resources", Args: nil, WantErr: []string{"--module-resources: Required value"}},
+		{Name: "bad module resource", Args: []string{"--module-resources", "samples"}, WantErr: []string{"--module-resources"}},
+		{Name: "selector without =", Args: with("--gateway-selector", "gateway"), WantErr: []string{`--gateway-selector: Invalid value: "gateway": not key=value`}},
+		{Name: "unusable CA file", Args: with("--identity", "san-pinning", "--ca-file", "/dev/null"), WantErr: []string{`--ca-file: Invalid value: "/dev/null": no PEM certificate in it`}},
+		{Name: "CA file without SAN pinning", Args: with("--ca-file", "ca.crt"), WantErr: []string{`--ca-file: Invalid value: "ca.crt": needs --identity=san-pinning`}},
+		{Name: "every problem at once", Args: with("--identity=bogus", "--workers=-5"), WantErr: []string{
+			`--identity: Unsupported value: "bogus": supported values: "header", "san-pinning"`,
+			"--workers: Invalid value: -5: must be from 1 to 1024"}},
+		{Name: "every flag checked", Args: []string{"--module-resources", "x", "--gateway-selector", "a", "--service-port", "0", "--retry-base", "2s", "--retry-max", "1s",
+			"--kube-api-qps", "0", "--kyma-namespace", "KCP", "--manager", "a_b", "--service-name", "-", "--tls-cert-file", "c", "--kube-api-burst", "0",
+			"--mirror-interval", "0", "--drift-interval", "-1s", "--skr-timeout", "0", "--confirm-delay", "-1s", "--pass-timeout", "-1s"}, WantErr: []string{
+			"--module-resources: Invalid value", "--gateway-selector", "--service-port", "--retry-max", "--kube-api-qps",
+			"--kyma-namespace", "--manager", "--service-name", "--tls-cert-file: Required value: --tls-cert-file and --tls-key-file go together",
+			"--kube-api-burst", "--mirror-interval", "--drift-interval", "--skr-timeout", "--confirm-delay", "--pass-timeout"}},
+		{Name: "selector without key", Args: with("--gateway-selector", "=x"), WantErr: []string{"--gateway-selector"}},
+		{Name: "bad duration", Args: with("--mirror-interval", "hourly"), WantErr: []string{"invalid value"}},
+		{Name: "unknown flag", Args: with("--nope"), WantErr: []string{"flag provided but not defined"}},
+		{Name: "argument", Args: with("run"), WantErr: []string{"unexpected arguments"}},
 	})
 }
 

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/tracing"
@@ -72,7 +74,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", delivery.DefaultAttemptTimeout, "bound of one delivery attempt (connect, TLS handshake, answer)")
 	fs.DurationVar(&c.objectInterval, "object-interval", delivery.DefaultObjectInterval, "least time between two deliveries of one object; changes in between coalesce (0: none)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM (readiness already failing, admission still answered), how long pending events may still be delivered")
-	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read certificate files this often besides watching them")
+	fs.DurationVar(&c.certPollInterval, "cert-poll-interval", 10*time.Second, "re-read the key pairs, --ca-file and --managers-file this often besides watching their directories")
 	fs.StringVar(&c.managersFile, "managers-file", "", "file naming the managers, one per line (# comments allowed), re-read every --cert-poll-interval; each gets a startup resync (managers first seen in a /validate/<manager> path too); a line \"<manager> heartbeats\" also opts it in to heartbeats")
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each manager opted in to heartbeats by the managers file a heartbeat this often (0: off)")
 	minTLS := fs.String("min-tls-version", "1.2", "lowest TLS version offered to the KCP gateway: 1.2 or 1.3 (TLS 1.3 only)")
@@ -82,86 +84,74 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	if err := c.Parse(fs, args); err != nil || c.Version {
 		return c, err
 	}
-	switch *minTLS {
+	if errs := c.validate(*minTLS); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return c, nil
+}
+
+// validate checks every flag, collecting every problem, and sets what the
+// flags imply (the client pair defaults to the serving pair; the TLS
+// version).
+func (c *config) validate(minTLS string) field.ErrorList {
+	var errs field.ErrorList
+	switch minTLS {
 	case "1.2":
 		c.minTLSVersion = tls.VersionTLS12
 	case "1.3":
 		c.minTLSVersion = tls.VersionTLS13
 	default:
-		return nil, fmt.Errorf("--min-tls-version %q: want 1.2 or 1.3", *minTLS)
+		errs = startup.Collect(errs, startup.OneOf("min-tls-version", minTLS, "1.2", "1.3"))
 	}
 	if err := tracing.ValidateEndpoint(c.otlpEndpoint); err != nil {
-		return nil, fmt.Errorf("--otlp-traces-endpoint: %w", err)
+		errs = append(errs, field.Invalid(startup.Flag("otlp-traces-endpoint"), c.otlpEndpoint, err.Error()))
+	}
+	if c.kcpAddr == "" {
+		errs = append(errs, field.Required(startup.Flag("kcp-addr"), "the KCP gateway host[:port]"))
+	} else if _, err := delivery.ParseKCPAddr(c.kcpAddr); err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("kcp-addr"), c.kcpAddr, err.Error()))
 	}
 	clientDefaulted := c.clientCertFile == "" && c.clientKeyFile == ""
 	if clientDefaulted {
 		c.clientCertFile, c.clientKeyFile = c.certFile, c.keyFile
 	}
-	return c, c.validate(clientDefaulted)
-}
-
-func (c *config) validate(clientDefaulted bool) error {
-	var errs []error
-	if c.kcpAddr == "" {
-		errs = append(errs, errors.New("--kcp-addr is required"))
-	} else if _, err := delivery.ParseKCPAddr(c.kcpAddr); err != nil {
-		errs = append(errs, fmt.Errorf("--kcp-addr: %w", err))
-	}
 	files := []struct{ flag, path string }{{"tls-cert-file", c.certFile}, {"tls-key-file", c.keyFile}, {"ca-file", c.caFile}}
 	if !clientDefaulted {
-		if c.clientCertFile == "" || c.clientKeyFile == "" {
-			errs = append(errs, errors.New("--client-cert-file and --client-key-file go together"))
-		}
+		errs = startup.Collect(errs, startup.Together("client-cert-file", c.clientCertFile, "client-key-file", c.clientKeyFile))
 		files = append(files, struct{ flag, path string }{"client-cert-file", c.clientCertFile},
 			struct{ flag, path string }{"client-key-file", c.clientKeyFile})
 	}
 	for _, f := range files {
-		if err := readable(f.path); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: %w", f.flag, err))
+		if f.path == "" {
+			errs = append(errs, field.Required(startup.Flag(f.flag), "a PEM file"))
+		} else if err := readable(f.path); err != nil {
+			errs = append(errs, field.Invalid(startup.Flag(f.flag), f.path, err.Error()))
 		}
 	}
-	if c.queueSize < 1 {
-		errs = append(errs, errors.New("--queue-size must be at least 1"))
-	}
-	if c.maxInFlight < 1 || c.maxInFlight > 64 {
-		errs = append(errs, errors.New("--max-reviews-in-flight must be between 1 and 64"))
-	}
-	if c.workers < 1 || c.workers > 1024 {
-		errs = append(errs, errors.New("--workers must be between 1 and 1024"))
-	}
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{
-		{"max-retry-age", c.maxRetryAge}, {"retry-base-delay", c.retryBaseDelay}, {"retry-max-delay", c.retryMaxDelay},
-		{"request-timeout", c.requestTimeout}, {"drain-timeout", c.drainTimeout}, {"cert-poll-interval", c.certPollInterval},
-	} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("--%s must be positive", d.flag))
-		}
-	}
-	if c.objectInterval < 0 {
-		errs = append(errs, errors.New("--object-interval must not be negative"))
-	}
-	if c.maxManagers < 1 || c.maxManagers > 65536 {
-		errs = append(errs, errors.New("--max-managers must be between 1 and 65536"))
-	}
-	if c.heartbeatInterval < 0 {
-		errs = append(errs, errors.New("--heartbeat-interval must not be negative"))
-	}
+	errs = startup.Collect(errs,
+		startup.IntRange("queue-size", c.queueSize, 1, 1<<20),
+		startup.IntRange("max-reviews-in-flight", c.maxInFlight, 1, 64),
+		startup.IntRange("workers", c.workers, 1, 1024),
+		startup.Positive("max-retry-age", c.maxRetryAge),
+		startup.Positive("retry-base-delay", c.retryBaseDelay),
+		startup.Positive("retry-max-delay", c.retryMaxDelay),
+		startup.Positive("request-timeout", c.requestTimeout),
+		startup.Positive("drain-timeout", c.drainTimeout),
+		startup.Positive("cert-poll-interval", c.certPollInterval),
+		startup.NotNegative("object-interval", c.objectInterval),
+		startup.IntRange("max-managers", c.maxManagers, 1, 65536),
+		startup.NotNegative("heartbeat-interval", c.heartbeatInterval),
+	)
 	if c.managersFile != "" {
 		if _, _, err := readManagers(c.managersFile); err != nil {
-			errs = append(errs, fmt.Errorf("--managers-file: %w", err))
+			errs = append(errs, field.Invalid(startup.Flag("managers-file"), c.managersFile, err.Error()))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
-// readable checks that a required file exists and can be read.
+// readable checks that a file exists and can be read.
 func readable(path string) error {
-	if path == "" {
-		return errors.New("required")
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return err

@@ -31,10 +31,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/admission"
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
@@ -57,8 +57,10 @@ func run(ctx context.Context, cfg *config, log logr.Logger) error {
 type app struct {
 	cfg          *config
 	log          logr.Logger
-	servingCerts *certwatcher.CertWatcher
-	clientCerts  *certwatcher.CertWatcher
+	servingCerts *filewatch.KeyPair
+	clientCerts  *filewatch.KeyPair
+	caFile       *filewatch.Watcher // reloads the client on a change of ca.crt alone (a CA rotation)
+	managers     *filewatch.Watcher // nil without --managers-file
 	client       *delivery.Client
 	dispatcher   *delivery.Dispatcher
 	handler      *admission.Handler
@@ -75,16 +77,16 @@ type app struct {
 func newApp(cfg *config, log logr.Logger) (*app, error) {
 	a := &app{cfg: cfg, log: log}
 	var err error
-	if a.servingCerts, err = certwatcher.New(cfg.certFile, cfg.keyFile); err != nil {
+	// Every file is reloaded by one kind of watcher (filewatch): the key
+	// pairs, ca.crt and the managers file.
+	if a.servingCerts, err = filewatch.NewKeyPair(cfg.certFile, cfg.keyFile, cfg.certPollInterval, log.WithName("serving-certificate")); err != nil {
 		return nil, fmt.Errorf("loading --tls-cert-file %s / --tls-key-file %s: %w", cfg.certFile, cfg.keyFile, err)
 	}
-	a.servingCerts.WithWatchInterval(cfg.certPollInterval)
 	a.clientCerts = a.servingCerts
 	if cfg.clientCertFile != cfg.certFile || cfg.clientKeyFile != cfg.keyFile {
-		if a.clientCerts, err = certwatcher.New(cfg.clientCertFile, cfg.clientKeyFile); err != nil {
+		if a.clientCerts, err = filewatch.NewKeyPair(cfg.clientCertFile, cfg.clientKeyFile, cfg.certPollInterval, log.WithName("client-certificate")); err != nil {
 			return nil, fmt.Errorf("loading --client-cert-file %s / --client-key-file %s: %w", cfg.clientCertFile, cfg.clientKeyFile, err)
 		}
-		a.clientCerts.WithWatchInterval(cfg.certPollInterval)
 	}
 	a.client, err = delivery.NewClient(delivery.ClientConfig{
 		CAFile: cfg.caFile, Certs: a.clientCerts, Timeout: cfg.requestTimeout, MaxConns: cfg.workers, MinTLSVersion: cfg.minTLSVersion,
@@ -92,16 +94,16 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--ca-file %s: %w", cfg.caFile, err)
 	}
-	// certwatcher calls the callback once at registration while holding its
-	// lock, and Reload reads the certificate back through that lock: reload
-	// on another goroutine, or the first call deadlocks.
-	a.clientCerts.RegisterCallback(func(tls.Certificate) {
-		go func() {
-			if err := a.client.Reload(); err != nil {
-				log.Error(err, "client certificate changed but the KCP client could not be rebuilt; keeping the old one")
-			}
-		}()
+	a.clientCerts.OnChange(func() {
+		if err := a.client.Reload(); err != nil {
+			log.Error(err, "client certificate changed but the KCP client could not be rebuilt; keeping the old one")
+		}
 	})
+	a.caFile = &filewatch.Watcher{Name: "CA file", Paths: []string{cfg.caFile}, Interval: cfg.certPollInterval, Log: log.WithName("ca-file"),
+		Load: func([][]byte) error { return a.client.Reload() }}
+	if err := a.caFile.Init(); err != nil {
+		return nil, fmt.Errorf("--ca-file %s: %w", cfg.caFile, err)
+	}
 	sender, err := delivery.NewHTTPSender(cfg.kcpAddr, a.client.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("--kcp-addr: %w", err)
@@ -117,9 +119,39 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	reg := prometheus.NewRegistry()
 	a.registry = reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "runtime_watcher", Subsystem: "skr_webhook", Name: "file_reloads_total",
+		Help: "Reads of a changed file (serving-certificate, client-certificate, ca-file, managers-file): ok (the new content is in use) or error (unreadable or unusable; what was in use stays).",
+	}, []string{"file", "result"})
+	reg.MustRegister(reloads)
+	counted := func(w *filewatch.Watcher, file string) {
+		reloads.WithLabelValues(file, "ok")
+		reloads.WithLabelValues(file, "error")
+		w.Report = func(o filewatch.Outcome, _ error) {
+			switch o {
+			case filewatch.Loaded:
+				reloads.WithLabelValues(file, "ok").Inc()
+			case filewatch.Failed:
+				reloads.WithLabelValues(file, "error").Inc()
+			case filewatch.InUseAgain:
+			}
+		}
+	}
+	counted(&a.servingCerts.Watcher, "serving-certificate")
+	if a.clientCerts != a.servingCerts {
+		counted(&a.clientCerts.Watcher, "client-certificate")
+	}
+	counted(a.caFile, "ca-file")
 	dcfg := cfg.dispatcherConfig()
 	dcfg.Registerer = reg
 	a.dispatcher = delivery.New(dcfg, sender, log.WithName("delivery"))
+	if cfg.managersFile != "" {
+		// Read before the dispatcher starts, so each manager's startup
+		// resync is sent; a bad file is logged, the webhook still starts.
+		a.managers = managersWatcher(cfg.managersFile, cfg.certPollInterval, a.dispatcher, log.WithName("managers"))
+		counted(a.managers, "managers-file")
+		a.managers.Reload()
+	}
 	a.handler = admission.NewHandler(a.dispatcher, log.WithName("admission"), admission.NewMetrics(reg)).
 		LimitInFlight(cfg.maxInFlight, a.dispatcher)
 
@@ -175,9 +207,7 @@ func (a *app) closeListeners() {
 // readyz is 200 once both certificates are loaded and the servers run, and
 // 503 from the moment shutdown begins (admission is still answered then).
 func (a *app) readyz(w http.ResponseWriter, _ *http.Request) {
-	s, _ := a.servingCerts.GetCertificate(nil)
-	c, _ := a.clientCerts.GetCertificate(nil)
-	if !a.ready.Load() || s == nil || c == nil {
+	if !a.ready.Load() || a.servingCerts.Certificate() == nil || a.clientCerts.Certificate() == nil {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
 		return
 	}
@@ -191,28 +221,16 @@ func (a *app) run(ctx context.Context) error {
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	defer stopWatching()
 	var wg sync.WaitGroup
-	watch := func(cw *certwatcher.CertWatcher) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := cw.Start(watchCtx); err != nil {
-				a.log.Error(err, "certificate watch failed; files are no longer reloaded")
-			}
-		}()
-	}
-	watch(a.servingCerts)
+	watchers := []*filewatch.Watcher{&a.servingCerts.Watcher, a.caFile}
 	if a.clientCerts != a.servingCerts {
-		watch(a.clientCerts)
+		watchers = append(watchers, &a.clientCerts.Watcher)
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); a.client.WatchCA(watchCtx, 2*time.Second) }() // ca.crt alone changes on a CA rotation
-
-	if a.cfg.managersFile != "" {
+	if a.managers != nil {
+		watchers = append(watchers, a.managers)
+	}
+	for _, w := range watchers {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			watchManagers(watchCtx, a.cfg.managersFile, a.cfg.certPollInterval, a.dispatcher, a.log.WithName("managers"))
-		}()
+		go func() { defer wg.Done(); _ = w.Run(watchCtx) }()
 	}
 	a.dispatcher.Start()
 	errc := make(chan error, 3)

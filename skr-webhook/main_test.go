@@ -2,8 +2,7 @@ package main
 
 import (
 	"bytes"
-	"errors"
-	"flag"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -16,9 +15,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/startup/startuptest"
 	"github.com/seed-c8be168e/runtime-watcher/test/kcpstub"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -64,18 +63,17 @@ func TestParseConfig(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Flags only: the environment is never read.
+	for k, v := range map[string]string{"KCP_ADDR": "other:443", "WORKERS": "7", "QUEUE_SIZE": "many", "MAX_RETRY_AGE": "1m"} {
+		t.Setenv(k, v)
+	}
 	base := []string{"--tls-cert-file", f.cert, "--tls-key-file", f.key, "--ca-file", f.ca}
-	tests := []struct {
-		name  string
-		args  []string
-		env   map[string]string
-		check func(t *testing.T, c *config)
-		err   []string // substrings of the error
-	}{
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	startuptest.Run(t, parseConfig, []startuptest.Case[*config]{
 		{
-			name: "defaults; client pair is the serving pair",
-			args: append(base, "--kcp-addr", "kcp.example.com"),
-			check: func(t *testing.T, c *config) {
+			Name: "defaults; client pair is the serving pair",
+			Args: with("--kcp-addr", "kcp.example.com"),
+			Check: func(t *testing.T, c *config) {
 				if c.listenAddr != ":8443" || c.metricsAddr != ":2112" || c.healthAddr != ":8081" {
 					t.Errorf("addresses %s %s %s", c.listenAddr, c.metricsAddr, c.healthAddr)
 				}
@@ -85,133 +83,106 @@ func TestParseConfig(t *testing.T) {
 				if c.queueSize != 10000 || c.workers != 16 || c.maxRetryAge != time.Hour {
 					t.Errorf("queue %d workers %d age %v", c.queueSize, c.workers, c.maxRetryAge)
 				}
-				if c.heartbeatInterval != 5*time.Minute || c.managersFile != "" {
-					t.Errorf("heartbeat %v managers file %q", c.heartbeatInterval, c.managersFile)
+				if c.heartbeatInterval != 5*time.Minute || c.managersFile != "" || c.minTLSVersion != tls.VersionTLS12 {
+					t.Errorf("heartbeat %v managers file %q TLS %x", c.heartbeatInterval, c.managersFile, c.minTLSVersion)
 				}
 			},
 		},
 		{
-			name: "the environment is not read",
-			args: append(base, "--kcp-addr", "kcp:443", "--workers", "3"),
-			env:  map[string]string{"KCP_ADDR": "other:443", "WORKERS": "7", "QUEUE_SIZE": "many", "MAX_RETRY_AGE": "1m"},
-			check: func(t *testing.T, c *config) {
+			Name: "the environment is not read",
+			Args: with("--kcp-addr", "kcp:443", "--workers", "3"),
+			Check: func(t *testing.T, c *config) {
 				if c.kcpAddr != "kcp:443" || c.workers != 3 || c.queueSize != 10000 || c.maxRetryAge != time.Hour {
 					t.Errorf("%+v", c)
 				}
 			},
 		},
 		{
-			name: "kubebuilder names and their deprecated aliases",
-			args: append(base, "--kcp-addr", "kcp", "--metrics-bind-address", ":9090", "--health-addr", ":9091"),
-			check: func(t *testing.T, c *config) {
-				if c.metricsAddr != ":9090" || c.healthAddr != ":9091" {
-					t.Errorf("addresses %s %s", c.metricsAddr, c.healthAddr)
+			Name: "kubebuilder names and their deprecated aliases",
+			Args: with("--kcp-addr", "kcp", "--metrics-bind-address", ":9090", "--health-addr", ":9091", "--min-tls-version", "1.3"),
+			Check: func(t *testing.T, c *config) {
+				if c.metricsAddr != ":9090" || c.healthAddr != ":9091" || c.minTLSVersion != tls.VersionTLS13 {
+					t.Errorf("addresses %s %s TLS %x", c.metricsAddr, c.healthAddr, c.minTLSVersion)
 				}
 			},
 		},
 		{
-			name:  "version needs no other flag",
-			args:  []string{"--version"},
-			check: func(t *testing.T, c *config) { t.Helper(); gomega.NewWithT(t).Expect(c.Version).To(gomega.BeTrue()) },
+			Name:  "version needs no other flag",
+			Args:  []string{"--version"},
+			Check: func(t *testing.T, c *config) { t.Helper(); gomega.NewWithT(t).Expect(c.Version).To(gomega.BeTrue()) },
 		},
 		{
-			name: "separate client pair",
-			args: append(base, "--kcp-addr", "kcp", "--client-cert-file", f.cert2, "--client-key-file", f.key2),
-			check: func(t *testing.T, c *config) {
+			Name: "separate client pair",
+			Args: with("--kcp-addr", "kcp", "--client-cert-file", f.cert2, "--client-key-file", f.key2),
+			Check: func(t *testing.T, c *config) {
 				if c.clientCertFile != f.cert2 || c.clientKeyFile != f.key2 {
 					t.Errorf("client pair %s %s", c.clientCertFile, c.clientKeyFile)
 				}
 			},
 		},
-		{name: "kcp-addr required", args: base, env: map[string]string{"KCP_ADDR": "kcp"}, err: []string{"--kcp-addr is required"}},
-		{name: "kcp-addr with scheme", args: append(base, "--kcp-addr", "https://kcp"), err: []string{"--kcp-addr", "host[:port]"}},
+		{Name: "kcp-addr required", Args: base, WantErr: []string{"--kcp-addr: Required value"}},
+		{Name: "kcp-addr with scheme", Args: with("--kcp-addr", "https://kcp"), WantErr: []string{"--kcp-addr: Invalid value: \"https://kcp\": kcp address \"https://kcp\": want host[:port]"}},
 		{
-			name: "missing files are named",
-			args: []string{"--kcp-addr", "kcp", "--tls-cert-file", "/nope/tls.crt", "--tls-key-file", f.key},
-			err:  []string{"--tls-cert-file: open /nope/tls.crt: no such file", "--ca-file: required"},
+			Name:    "missing files are named",
+			Args:    []string{"--kcp-addr", "kcp", "--tls-cert-file", "/nope/tls.crt", "--tls-key-file", f.key},
+			WantErr: []string{"--tls-cert-file: Invalid value: \"/nope/tls.crt\": open /nope/tls.crt: no such file", "--ca-file: Required value"},
 		},
 		{
-			name: "empty file and directory",
-			args: []string{"--kcp-addr", "kcp", "--tls-cert-file", empty, "--tls-key-file", f.key, "--ca-file", f.dir},
-			err:  []string{"--tls-cert-file: " + empty + " is empty", "--ca-file: " + f.dir + " is a directory"},
+			Name:    "empty file and directory",
+			Args:    []string{"--kcp-addr", "kcp", "--tls-cert-file", empty, "--tls-key-file", f.key, "--ca-file", f.dir},
+			WantErr: []string{empty + " is empty", f.dir + " is a directory"},
 		},
 		{
-			name: "half a client pair",
-			args: append(base, "--kcp-addr", "kcp", "--client-cert-file", f.cert2),
-			err:  []string{"--client-cert-file and --client-key-file go together"},
+			Name:    "half a client pair",
+			Args:    with("--kcp-addr", "kcp", "--client-cert-file", f.cert2),
+			WantErr: []string{"--client-cert-file and --client-key-file go together", "--client-key-file: Required value"},
 		},
 		{
-			name: "bad numbers",
-			args: append(base, "--kcp-addr", "kcp", "--queue-size", "0", "--workers", "0", "--request-timeout", "0s"),
-			err:  []string{"--queue-size", "--workers", "--request-timeout"},
+			Name:    "every problem at once",
+			Args:    with("--kcp-addr", "kcp", "--queue-size", "0", "--workers", "0", "--request-timeout", "0s", "--min-tls-version", "1.1"),
+			WantErr: []string{`--min-tls-version: Unsupported value: "1.1"`, "--queue-size", "--workers", "--request-timeout"},
 		},
-		{name: "stray argument", args: append(base, "--kcp-addr", "kcp", "extra"), err: []string{"unexpected arguments"}},
 		{
-			name: "heartbeats off, managers file",
-			args: append(base, "--kcp-addr", "kcp", "--heartbeat-interval", "0", "--managers-file", empty),
-			check: func(t *testing.T, c *config) {
+			Name: "every flag checked",
+			Args: with("--kcp-addr", "kcp", "--otlp-traces-endpoint", "ftp://x", "--max-reviews-in-flight", "65", "--max-retry-age", "0", "--retry-base-delay", "0",
+				"--retry-max-delay", "0", "--drain-timeout", "0", "--cert-poll-interval", "0", "--object-interval", "-1s"),
+			WantErr: []string{"--otlp-traces-endpoint", "--max-reviews-in-flight", "--max-retry-age", "--retry-base-delay", "--retry-max-delay", "--drain-timeout",
+				"--cert-poll-interval", "--object-interval"},
+		},
+		{Name: "stray argument", Args: with("--kcp-addr", "kcp", "extra"), WantErr: []string{"unexpected arguments"}},
+		{
+			Name: "heartbeats off, managers file",
+			Args: with("--kcp-addr", "kcp", "--heartbeat-interval", "0", "--managers-file", empty),
+			Check: func(t *testing.T, c *config) {
 				if c.heartbeatInterval != 0 || c.managersFile != empty || c.dispatcherConfig().HeartbeatInterval != 0 {
 					t.Errorf("heartbeat %v managers file %q", c.heartbeatInterval, c.managersFile)
 				}
 			},
 		},
 		{
-			name: "managers bound: 1,024 by default (a KCP with 1,000 Watchers), settable",
-			args: append(base, "--kcp-addr", "kcp"),
-			check: func(t *testing.T, c *config) {
+			Name: "managers bound: 1,024 by default (a KCP with 1,000 Watchers), settable",
+			Args: with("--kcp-addr", "kcp"),
+			Check: func(t *testing.T, c *config) {
 				if c.dispatcherConfig().MaxManagers != 1024 {
 					t.Errorf("max managers %d", c.dispatcherConfig().MaxManagers)
 				}
-				c2, err := parseConfig(append(append([]string{}, base...), "--kcp-addr", "kcp", "--max-managers", "3000"), io.Discard)
+				c2, err := parseConfig(with("--kcp-addr", "kcp", "--max-managers", "3000"), io.Discard)
 				if err != nil || c2.dispatcherConfig().MaxManagers != 3000 {
 					t.Errorf("--max-managers 3000: %v", err)
 				}
 			},
 		},
-		{name: "bad managers bound", args: append(base, "--kcp-addr", "kcp", "--max-managers", "0"), err: []string{"--max-managers must be between 1 and 65536"}},
+		{Name: "bad managers bound", Args: with("--kcp-addr", "kcp", "--max-managers", "0"), WantErr: []string{"--max-managers: Invalid value: 0: must be from 1 to 65536"}},
 		{
-			name: "bad heartbeat and managers file",
-			args: append(base, "--kcp-addr", "kcp", "--heartbeat-interval", "-1s", "--managers-file", "/nope/managers"),
-			err:  []string{"--heartbeat-interval must not be negative", "--managers-file: open /nope/managers"},
+			Name:    "bad heartbeat and managers file",
+			Args:    with("--kcp-addr", "kcp", "--heartbeat-interval", "-1s", "--managers-file", "/nope/managers"),
+			WantErr: []string{"--heartbeat-interval: Invalid value: \"-1s\": must not be negative", "--managers-file: Invalid value: \"/nope/managers\": open /nope/managers"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for k, v := range tt.env {
-				t.Setenv(k, v)
-			}
-			c, err := parseConfig(tt.args, io.Discard)
-			if len(tt.err) > 0 {
-				if err == nil {
-					t.Fatalf("no error, want %q", tt.err)
-				}
-				for _, s := range tt.err {
-					if !strings.Contains(err.Error(), s) {
-						t.Errorf("error %q lacks %q", err, s)
-					}
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, c)
-		})
-	}
+	})
 }
 
 func TestParseConfigHelp(t *testing.T) {
-	for _, arg := range []string{"-h", "--help"} {
-		var out strings.Builder
-		if _, err := parseConfig([]string{arg}, &out); !errors.Is(err, flag.ErrHelp) {
-			t.Fatalf("%s: %v, want flag.ErrHelp", arg, err)
-		}
-		for _, want := range []string{"Usage: skr-webhook", "-metrics-bind-address", "-health-probe-bind-address", "-version"} {
-			if !strings.Contains(out.String(), want) {
-				t.Errorf("%s output lacks %q", arg, want)
-			}
-		}
-	}
+	startuptest.Help(t, parseConfig, "skr-webhook", "metrics-bind-address", "health-probe-bind-address", "version", "zap-log-level")
 }
 
 func TestNewAppRejectsUnusableCertificates(t *testing.T) {
@@ -277,7 +248,7 @@ func TestAppLifecycle(t *testing.T) {
 			WithTimeout(10*time.Second).Should(gomega.Equal(1), name)
 	}
 	// /metrics serves the webhook's registry and controller-runtime's
-	// (certwatcher) together.
+	// together.
 	metrics := "http://" + env.app.metricsLn.Addr().String() + "/metrics"
 	if err := testutil.ScrapeAndCompare(metrics, strings.NewReader(`
 # HELP runtime_watcher_skr_webhook_events_delivered_total Change events the KCP answered with 2xx.
@@ -296,8 +267,29 @@ runtime_watcher_skr_webhook_admission_requests_total{manager="lifecycle-manager"
 `), "runtime_watcher_skr_webhook_admission_requests_total"); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(ctrlmetrics.Registry, "certwatcher_read_certificate_total"); err != nil || n == 0 {
-		t.Errorf("certwatcher metrics: %d series, %v", n, err)
+	// A broken ca.crt keeps the trust in use and is counted once; the
+	// content in use again is no reload.
+	caPEM, err := os.ReadFile(env.app.cfg.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{[]byte("garbage"), caPEM} {
+		if err := os.WriteFile(env.app.cfg.caFile, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if env.app.caFile.Reload() {
+			t.Fatalf("ca.crt %q was loaded", data)
+		}
+	}
+	if err := testutil.GatherAndCompare(env.app.registry, strings.NewReader(`
+# HELP runtime_watcher_skr_webhook_file_reloads_total Reads of a changed file (serving-certificate, client-certificate, ca-file, managers-file): ok (the new content is in use) or error (unreadable or unusable; what was in use stays).
+# TYPE runtime_watcher_skr_webhook_file_reloads_total counter
+runtime_watcher_skr_webhook_file_reloads_total{file="ca-file",result="error"} 1
+runtime_watcher_skr_webhook_file_reloads_total{file="ca-file",result="ok"} 0
+runtime_watcher_skr_webhook_file_reloads_total{file="serving-certificate",result="error"} 0
+runtime_watcher_skr_webhook_file_reloads_total{file="serving-certificate",result="ok"} 0
+`), "runtime_watcher_skr_webhook_file_reloads_total"); err != nil {
+		t.Error(err)
 	}
 	if err := env.stop(); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,16 +12,13 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 )
 
 // maxManagersFileBytes bounds the managers file.
 const maxManagersFileBytes = 64 << 10
 
-// readManagers reads a managers file: one manager per line, blank lines
-// and lines starting with # ignored. A line "<manager> heartbeats"
-// (contract.ManagerHeartbeats) also opts the manager in to heartbeats,
-// returned in heartbeats. A name that is not a DNS-1123 label, or any other
-// word after it, is an error (vs-controller renders only valid lines).
+// readManagers reads a managers file (parseManagers).
 func readManagers(path string) (names, heartbeats []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -34,6 +29,15 @@ func readManagers(path string) (names, heartbeats []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return parseManagers(path, data)
+}
+
+// parseManagers parses a managers file: one manager per line, blank lines
+// and lines starting with # ignored. A line "<manager> heartbeats"
+// (contract.ManagerHeartbeats) also opts the manager in to heartbeats,
+// returned in heartbeats. A name that is not a DNS-1123 label, or any other
+// word after it, is an error (vs-controller renders only valid lines).
+func parseManagers(path string, data []byte) (names, heartbeats []string, err error) {
 	if len(data) > maxManagersFileBytes {
 		return nil, nil, fmt.Errorf("%s is larger than %d bytes", path, maxManagersFileBytes)
 	}
@@ -68,48 +72,25 @@ type managerSink interface {
 	SeeManager(string)
 }
 
-// watchManagers re-reads the managers file every interval until ctx ends
-// and hands a changed list to sink. A file that cannot be read keeps the
-// last list (logged once per change of error).
-func watchManagers(ctx context.Context, path string, interval time.Duration, sink managerSink, log logr.Logger) {
-	var last []byte
-	var lastErr string
-	load := func() {
-		data, err := os.ReadFile(path)
-		if err == nil && bytes.Equal(data, last) {
-			return
-		}
-		names, heartbeats, perr := readManagers(path)
-		if err == nil {
-			err = perr
-		}
-		if err != nil && names == nil {
-			if err.Error() != lastErr {
-				log.Error(err, "managers file unreadable; keeping the managers known so far", "path", path)
-				lastErr = err.Error()
+// managersWatcher re-reads the managers file (filewatch) and hands a
+// changed list to sink. A file that cannot be read, or names no valid
+// manager while it has invalid lines, keeps the last list; invalid lines
+// beside valid ones are logged and ignored.
+func managersWatcher(path string, interval time.Duration, sink managerSink, log logr.Logger) *filewatch.Watcher {
+	return &filewatch.Watcher{Name: "managers file", Paths: []string{path}, Interval: interval, Log: log,
+		Load: func(contents [][]byte) error {
+			names, heartbeats, err := parseManagers(path, contents[0])
+			if err != nil && names == nil {
+				return err
 			}
-			return
-		}
-		if err != nil && err.Error() != lastErr {
-			log.Error(err, "managers file has invalid lines; they are ignored", "path", path)
-			lastErr = err.Error()
-		}
-		last = data
-		sink.SetManagers(names)
-		sink.SetHeartbeats(heartbeats)
-		log.Info("managers file read", "path", path, "managers", names, "heartbeats", heartbeats)
-	}
-	load()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			load()
-		}
-	}
+			if err != nil {
+				log.Error(err, "managers file has invalid lines; they are ignored", "path", path)
+			}
+			sink.SetManagers(names)
+			sink.SetHeartbeats(heartbeats)
+			log.Info("managers file read", "path", path, "managers", names, "heartbeats", heartbeats)
+			return nil
+		}}
 }
 
 // seeManagers records the manager of every POST /validate/<manager> before

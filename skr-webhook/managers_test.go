@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -88,42 +87,45 @@ func TestReadManagers(t *testing.T) {
 	}
 }
 
-// The managers file is re-read while running: a change reaches the sink
-// without a restart; an unreadable file keeps the last list.
-func TestWatchManagers(t *testing.T) {
+// The managers file is re-read while running (filewatch; driven here by
+// Reload): a change reaches the sink without a restart; an unreadable file,
+// or one with only invalid lines, keeps the last list.
+func TestManagersWatcher(t *testing.T) {
 	g := gomega.NewWithT(t)
 	p := filepath.Join(t.TempDir(), "managers")
 	if err := os.WriteFile(p, []byte("a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sink := &recordingSink{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		watchManagers(ctx, p, 10*time.Millisecond, sink, logr.Discard())
-		close(done)
-	}()
-	defer func() { cancel(); <-done }()
-	g.Eventually(sink.last).Should(gomega.Equal([]string{"a"}))
+	w := managersWatcher(p, time.Hour, sink, logr.Discard())
+	g.Expect(w.Reload()).To(gomega.BeTrue())
+	g.Expect(sink.last()).To(gomega.Equal([]string{"a"}))
 	// A ConfigMap volume swaps the file: write a new one and rename it in.
 	tmp := p + ".new"
-	if err := os.WriteFile(tmp, []byte("a\nb heartbeats\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte("a\nb heartbeats\nNot_Valid\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
-	g.Eventually(sink.last).Should(gomega.Equal([]string{"a", "b"}))
-	g.Eventually(sink.lastBeats).Should(gomega.Equal([]string{"b"}))
+	g.Expect(w.Reload()).To(gomega.BeTrue())
+	g.Expect(sink.last()).To(gomega.Equal([]string{"a", "b"}))
+	g.Expect(sink.lastBeats()).To(gomega.Equal([]string{"b"}))
+	g.Expect(w.Reload()).To(gomega.BeFalse(), "unchanged content handed on again")
+	if err := os.WriteFile(p, []byte("Only_Invalid\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.Expect(w.Reload()).To(gomega.BeFalse())
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	g.Consistently(sink.last).WithTimeout(100 * time.Millisecond).Should(gomega.Equal([]string{"a", "b"}))
+	g.Expect(w.Reload()).To(gomega.BeFalse())
+	g.Expect(sink.last()).To(gomega.Equal([]string{"a", "b"}))
 	sink.mu.Lock()
 	n := len(sink.sets)
 	sink.mu.Unlock()
 	if n != 2 {
-		t.Fatalf("%d updates, want 2 (unchanged content is not handed on)", n)
+		t.Fatalf("%d updates, want 2", n)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 // resync, the change before and the change after SIGTERM — is delivered
 // before the process exits 0.
 func TestBinarySIGTERMFailsReadinessAndKeepsAnswering(t *testing.T) {
+	testenv.SkipIfShort(t) // builds and runs the binary
 	g := gomega.NewWithT(t)
 	binary, err := testenv.BuildBinary("skr-webhook")
 	if err != nil {

@@ -8,8 +8,9 @@
 //
 // A binary has a configuration type that embeds Common, a parse function
 // that turns arguments into a validated configuration without side effects
-// or exits (so flag validation is a table test), and a run function that
-// returns an error:
+// or exits (so flag validation is a table test), validating in one
+// function that collects every problem (validate.go), and a run function
+// that returns an error:
 //
 //	func main() { startup.Main("ext-authz", parseFlags, run) }
 package startup
@@ -95,7 +96,8 @@ func (c *Common) Parse(fs *flag.FlagSet, args []string) error {
 }
 
 // Main runs binary name and exits: parse turns the arguments into the
-// configuration (ExitOK after -h/--help, ExitUsageError when invalid), then
+// configuration (ExitOK after -h/--help, ExitUsageError when invalid, each
+// problem printed on a line of its own), then
 // --version prints the version, or the logger and the soft memory limit are
 // set up and run runs until SIGTERM or SIGINT ends its context (a second
 // signal exits at once). An error of run is logged and printed to stderr:
@@ -112,7 +114,9 @@ func start[C Config](name string, args []string, stdout, stderr io.Writer, parse
 	case errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "%s: invalid flags: %v\n", name, err)
+		for _, p := range Problems(err) {
+			fmt.Fprintf(stderr, "%s: invalid flags: %v\n", name, p)
+		}
 		return ExitUsageError
 	}
 	common := cfg.StartupFlags()

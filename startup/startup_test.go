@@ -14,18 +14,20 @@ import (
 
 type testConfig struct {
 	Common
-	n int
+	n    int
+	mode string
 }
 
 func parseTest(args []string, errOut io.Writer) (*testConfig, error) {
 	c := &testConfig{}
 	fs := c.FlagSet("test-binary", "A binary for the test.", errOut)
 	fs.IntVar(&c.n, "n", 1, "a number from 1 to 9")
+	fs.StringVar(&c.mode, "mode", "a", "a or b")
 	if err := c.Parse(fs, args); err != nil || c.Version {
 		return c, err
 	}
-	if c.n < 1 || c.n > 9 {
-		return nil, errors.New("--n: want 1 to 9")
+	if errs := Collect(nil, IntRange("n", c.n, 1, 9), OneOf("mode", c.mode, "a", "b")); len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
 	return c, nil
 }
@@ -45,7 +47,10 @@ func TestStart(t *testing.T) {
 		{name: "-h", args: []string{"-h"}, wantCode: ExitOK, wantStderr: "Usage: test-binary [flags]\n\nA binary for the test."},
 		{name: "--help", args: []string{"--help"}, wantCode: ExitOK, wantStderr: "-zap-log-level"},
 		{name: "--version", args: []string{"--version", "--n", "0"}, wantCode: ExitOK, wantStdout: "test-binary "},
-		{name: "invalid value", args: []string{"--n", "0"}, wantCode: ExitUsageError, wantStderr: "test-binary: invalid flags: --n: want 1 to 9"},
+		{name: "invalid value", args: []string{"--n", "0"}, wantCode: ExitUsageError, wantStderr: "test-binary: invalid flags: --n: Invalid value: 0: must be from 1 to 9\n"},
+		{name: "every problem on a line", args: []string{"--n", "0", "--mode", "c"}, wantCode: ExitUsageError,
+			wantStderr: "test-binary: invalid flags: --n: Invalid value: 0: must be from 1 to 9\n" +
+				`test-binary: invalid flags: --mode: Unsupported value: "c": supported values: "a", "b"` + "\n"},
 		{name: "unknown flag", args: []string{"--m", "1"}, wantCode: ExitUsageError, wantStderr: "flag provided but not defined: -m"},
 		{name: "argument", args: []string{"extra"}, wantCode: ExitUsageError, wantStderr: `unexpected arguments: ["extra"]`},
 		{name: "run fails", args: nil, runErr: failed, wantCode: ExitFailed, wantRun: true, wantStderr: "test-binary: boom"},
@@ -85,6 +90,24 @@ func TestParseHelp(t *testing.T) {
 	for _, f := range []string{"-n int", "-version", "-zap-devel"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("usage lacks %q:\n%s", f, out.String())
+		}
+	}
+}
+
+func TestProblems(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"none", nil, 0},
+		{"one", a, 1},
+		{"errors.Join", errors.Join(a, b), 2},
+		{"a field.ErrorList's aggregate", Collect(nil, IntRange("n", 0, 1, 9), OneOf("m", "x", "y"), nil).ToAggregate(), 2},
+	} {
+		if got := Problems(tc.err); len(got) != tc.want {
+			t.Errorf("%s: %d problems %v, want %d", tc.name, len(got), got, tc.want)
 		}
 	}
 }

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/seed-c8be168e/runtime-watcher/startup"
@@ -85,50 +84,81 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	if err := c.Parse(fs, args); err != nil || c.Version {
 		return c, err
 	}
-	o := &c.o
-	if c.issuerName == "" || o.Bundle.KCPAddr == "" {
-		return nil, errors.New("--issuer-name and --kcp-gateway-host are required")
+	if errs := c.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
-	if c.issuerKind != "Issuer" && c.issuerKind != "ClusterIssuer" {
-		return nil, errors.New("--issuer-kind must be Issuer or ClusterIssuer")
+	return c, nil
+}
+
+// validate checks every flag, collecting every problem, and turns the flag
+// values into c.o.
+func (c *config) validate() field.ErrorList {
+	o := &c.o
+	var errs field.ErrorList
+	if c.issuerName == "" {
+		errs = append(errs, field.Required(startup.Flag("issuer-name"), "the cert-manager issuer of the runtime certificates"))
+	}
+	if o.Bundle.KCPAddr == "" {
+		errs = append(errs, field.Required(startup.Flag("kcp-gateway-host"), "the host the SKR webhooks post events to"))
+	} else if _, err := bundle.KCPPort(o.Bundle.KCPAddr); err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("kcp-gateway-host"), o.Bundle.KCPAddr, err.Error()))
 	}
 	var err error
 	if o.Bundle.WebhookIngressFrom, err = bundle.ParseIngressFrom(c.ingressFrom); err != nil {
-		return nil, fmt.Errorf("--skr-webhook-ingress-from: %w", err)
+		errs = append(errs, field.Invalid(startup.Flag("skr-webhook-ingress-from"), c.ingressFrom, err.Error()))
 	}
-	if v := o.Bundle.MinTLSVersion; v != "" && v != "1.2" && v != "1.3" {
-		return nil, fmt.Errorf("--skr-webhook-min-tls-version %q: want 1.2 or 1.3", v)
-	}
-	if _, err := bundle.KCPPort(o.Bundle.KCPAddr); err != nil {
-		return nil, fmt.Errorf("--kcp-gateway-host: %w", err)
+	if v := o.Bundle.MinTLSVersion; v != "" {
+		errs = startup.Collect(errs, startup.OneOf("skr-webhook-min-tls-version", v, "1.2", "1.3"))
 	}
 	for _, f := range []struct {
 		flag, value, def string
 		key              *types.NamespacedName
 	}{
-		{"--ca-secret", c.caSecret, o.KymaNamespace, &o.Trust.CASecret},
-		{"--gateway-ca-secret", c.gwCASecret, o.GatewayNamespace, &o.Trust.GatewayCASecret},
-		{"--gateway-client-ca-secret", c.gwClientCA, o.GatewayNamespace, &o.Trust.GatewayClientCASecret},
-		{"--gateway-certificate", c.gwCert, o.GatewayNamespace, &o.Trust.GatewayCertificate},
-		{"--migration-extra-ca-secret", c.extraCA, o.GatewayNamespace, &o.Trust.MigrationExtraCASecret},
+		{"ca-secret", c.caSecret, o.KymaNamespace, &o.Trust.CASecret},
+		{"gateway-ca-secret", c.gwCASecret, o.GatewayNamespace, &o.Trust.GatewayCASecret},
+		{"gateway-client-ca-secret", c.gwClientCA, o.GatewayNamespace, &o.Trust.GatewayClientCASecret},
+		{"gateway-certificate", c.gwCert, o.GatewayNamespace, &o.Trust.GatewayCertificate},
+		{"migration-extra-ca-secret", c.extraCA, o.GatewayNamespace, &o.Trust.MigrationExtraCASecret},
 	} {
 		if *f.key, err = trust.ParseObjectKey(f.value, f.def); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.flag, err)
+			errs = append(errs, field.Invalid(startup.Flag(f.flag), f.value, err.Error()))
 		}
 	}
 	if o.Trust.MigrationExtraCASecret.Name != "" && (o.Trust.CASecret.Name == "" || o.Trust.GatewayClientCASecret.Name == "") {
-		return nil, errors.New("--migration-extra-ca-secret needs --ca-secret and --gateway-client-ca-secret (the client CA bundle it is added to)")
+		errs = append(errs, field.Invalid(startup.Flag("migration-extra-ca-secret"), c.extraCA,
+			"needs --ca-secret and --gateway-client-ca-secret (the client CA bundle it is added to)"))
 	}
+	if c.qps <= 0 {
+		errs = append(errs, field.Invalid(startup.Flag("kube-api-qps"), c.qps, "must be positive"))
+	}
+	if o.Trust.RenewalsPerSecond <= 0 {
+		errs = append(errs, field.Invalid(startup.Flag("ca-renewals-per-second"), o.Trust.RenewalsPerSecond, "must be positive"))
+	}
+	errs = startup.Collect(errs,
+		startup.OneOf("issuer-kind", c.issuerKind, "Issuer", "ClusterIssuer"),
+		startup.DNSLabel("kyma-namespace", o.KymaNamespace),
+		startup.DNSLabel("gateway-namespace", o.GatewayNamespace),
+		startup.DNSLabel("skr-namespace", o.Bundle.Namespace),
+		startup.IntRange("runtime-workers", o.RuntimeWorkers, 1, 1024),
+		startup.IntRange("watcher-workers", o.WatcherWorkers, 1, 1024),
+		startup.IntRange("kube-api-burst", c.burst, 1, 10000),
+		startup.Positive("skr-timeout", o.SKRTimeout),
+		startup.Positive("skr-resync", o.Resync),
+		startup.Positive("kubeconfig-retry", o.KubeconfigRetry),
+		startup.NotNegative("watcher-debounce", o.WatcherDebounce),
+		startup.Positive("ca-poll-interval", o.Trust.Interval),
+		startup.NotNegative("ca-settle", o.Trust.Settle),
+		startup.NotNegative("certificate-duration", o.CertificateDuration),
+		startup.NotNegative("certificate-renew-before", o.CertificateRenewBefore),
+	)
 	o.Issuer = cmmeta.IssuerReference{Name: c.issuerName, Kind: c.issuerKind, Group: "cert-manager.io"}
 	for _, n := range strings.Split(c.extraDNS, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			o.ExtraDNSNames = append(o.ExtraDNSNames, n)
 		}
 	}
-
 	if c.readyURL != "" {
 		o.Adoption.Ready = takeover.URLReady(c.readyURL)
 	}
-
-	return c, nil
+	return errs
 }

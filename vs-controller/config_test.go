@@ -59,18 +59,28 @@ func TestParseConfig(t *testing.T) {
 				t.Error("Version not set")
 			}
 		}},
-		{Name: "no issuer", Args: []string{"--kcp-gateway-host", "kcp"}, WantErr: "--issuer-name and --kcp-gateway-host are required"},
-		{Name: "no gateway host", Args: []string{"--issuer-name", "ca"}, WantErr: "--issuer-name and --kcp-gateway-host are required"},
-		{Name: "issuer kind", Args: with("--issuer-kind", "Certificate"), WantErr: "--issuer-kind must be Issuer or ClusterIssuer"},
-		{Name: "ingress from", Args: with("--skr-webhook-ingress-from", "everyone"), WantErr: "--skr-webhook-ingress-from"},
-		{Name: "gateway port", Args: with("--kcp-gateway-host", "kcp:http"), WantErr: "--kcp-gateway-host"},
-		{Name: "webhook TLS version", Args: with("--skr-webhook-min-tls-version", "1.1"), WantErr: "--skr-webhook-min-tls-version"},
-		{Name: "object key", Args: with("--gateway-ca-secret", "a/b/c"), WantErr: "--gateway-ca-secret"},
-		{Name: "object key without name", Args: with("--ca-secret", "ns/"), WantErr: "--ca-secret"},
-		{Name: "migration window without rotation", Args: with("--migration-extra-ca-secret", "istio-system/klm-watcher", "--ca-secret", ""), WantErr: "--migration-extra-ca-secret needs"},
-		{Name: "bad duration", Args: with("--skr-resync", "often"), WantErr: "invalid value"},
-		{Name: "unknown flag", Args: with("--metrics-addr", ":1"), WantErr: "flag provided but not defined"},
-		{Name: "argument", Args: with("run"), WantErr: "unexpected arguments"},
+		{Name: "no issuer", Args: []string{"--kcp-gateway-host", "kcp"}, WantErr: []string{"--issuer-name: Required value"}},
+		{Name: "no gateway host", Args: []string{"--issuer-name", "ca"}, WantErr: []string{"--kcp-gateway-host: Required value"}},
+		{Name: "every problem at once", Args: []string{"--issuer-kind", "Certificate", "--runtime-workers", "-1", "--ca-secret", "ns/", "--skr-webhook-min-tls-version", "1.1"}, WantErr: []string{
+			"--issuer-name: Required value", "--kcp-gateway-host: Required value", `--skr-webhook-min-tls-version: Unsupported value: "1.1"`, "--ca-secret: Invalid value",
+			`--issuer-kind: Unsupported value: "Certificate"`, "--runtime-workers: Invalid value: -1: must be from 1 to 1024"}},
+		{Name: "every flag checked", Args: with("--skr-webhook-ingress-from", "everyone", "--migration-extra-ca-secret", "x/y", "--gateway-client-ca-secret", "", "--kube-api-qps", "0",
+			"--ca-renewals-per-second", "0", "--kyma-namespace", "K", "--gateway-namespace", "G", "--skr-namespace", "S", "--watcher-workers", "0", "--kube-api-burst", "0",
+			"--skr-timeout", "0", "--skr-resync", "0", "--kubeconfig-retry", "0", "--watcher-debounce", "-1s", "--ca-poll-interval", "0", "--ca-settle", "-1s",
+			"--certificate-duration", "-1s", "--certificate-renew-before", "-1s"), WantErr: []string{
+			"--skr-webhook-ingress-from", "--migration-extra-ca-secret: Invalid value", "--kube-api-qps", "--ca-renewals-per-second", "--kyma-namespace", "--gateway-namespace",
+			"--skr-namespace", "--watcher-workers", "--kube-api-burst", "--skr-timeout", "--skr-resync", "--kubeconfig-retry", "--watcher-debounce", "--ca-poll-interval",
+			"--ca-settle", "--certificate-duration", "--certificate-renew-before"}},
+		{Name: "issuer kind", Args: with("--issuer-kind", "Certificate"), WantErr: []string{`--issuer-kind: Unsupported value: "Certificate": supported values: "Issuer", "ClusterIssuer"`}},
+		{Name: "ingress from", Args: with("--skr-webhook-ingress-from", "everyone"), WantErr: []string{"--skr-webhook-ingress-from"}},
+		{Name: "gateway port", Args: with("--kcp-gateway-host", "kcp:http"), WantErr: []string{"--kcp-gateway-host"}},
+		{Name: "webhook TLS version", Args: with("--skr-webhook-min-tls-version", "1.1"), WantErr: []string{"--skr-webhook-min-tls-version"}},
+		{Name: "object key", Args: with("--gateway-ca-secret", "a/b/c"), WantErr: []string{"--gateway-ca-secret"}},
+		{Name: "object key without name", Args: with("--ca-secret", "ns/"), WantErr: []string{"--ca-secret"}},
+		{Name: "migration window without rotation", Args: with("--migration-extra-ca-secret", "istio-system/klm-watcher", "--ca-secret", ""), WantErr: []string{"--migration-extra-ca-secret: Invalid value: \"istio-system/klm-watcher\": needs --ca-secret"}},
+		{Name: "bad duration", Args: with("--skr-resync", "often"), WantErr: []string{"invalid value"}},
+		{Name: "unknown flag", Args: with("--metrics-addr", ":1"), WantErr: []string{"flag provided but not defined"}},
+		{Name: "argument", Args: with("run"), WantErr: []string{"unexpected arguments"}},
 	})
 }
 

@@ -3,8 +3,6 @@ package cafile
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/volume"
 )
@@ -38,70 +37,6 @@ func bundleOf(cas ...*pki.CA) []byte {
 	return b
 }
 
-func TestParse(t *testing.T) {
-	now := time.Now()
-	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
-	expired, err := pki.NewCAValid("ca-expired", now.Add(-48*time.Hour), now.Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	future, err := pki.NewCAValid("ca-future", now.Add(time.Hour), now.Add(48*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := a.Issue(pki.LeafOptions{CommonName: "runtime-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte{1, 2, 3}})
-	broken := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})
-
-	for _, tc := range []struct {
-		name     string
-		data     []byte
-		cas      int
-		expired  int
-		notAfter time.Time
-		wantErr  string
-	}{
-		{name: "one CA", data: a.PEM, cas: 1, notAfter: a.Cert.NotAfter},
-		{name: "bundle", data: bundleOf(a, b), cas: 2, notAfter: a.Cert.NotAfter},
-		{name: "text between blocks", data: append(append([]byte("subject=CN=ca-a\n"), a.PEM...), append([]byte("\n# next\n"), b.PEM...)...), cas: 2},
-		{name: "an expired CA among valid ones", data: bundleOf(expired, a), cas: 2, expired: 1, notAfter: expired.Cert.NotAfter},
-		{name: "a CA not valid yet", data: future.PEM, cas: 1, notAfter: future.Cert.NotAfter},
-		{name: "empty", data: nil, wantErr: "no PEM certificate"},
-		{name: "garbage", data: []byte("this is not PEM\x00\x01"), wantErr: "no PEM certificate"},
-		{name: "only expired CAs", data: expired.PEM, wantErr: "every CA in it expired"},
-		{name: "a leaf", data: bundleOf(a, &pki.CA{PEM: leaf.CertPEM}), wantErr: "certificate 2 (CN=runtime-1) is not a CA"},
-		{name: "a private key", data: append(bundleOf(a), key...), wantErr: `PEM block 2 is a "EC PRIVATE KEY"`},
-		{name: "a certificate that does not parse", data: append(bundleOf(a), broken...), wantErr: "certificate 2:"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := Parse(tc.data, now)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want an error with %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got.CAs) != tc.cas || got.Expired != tc.expired {
-				t.Errorf("%d CAs (%d expired), want %d (%d)", len(got.CAs), got.Expired, tc.cas, tc.expired)
-			}
-			if !tc.notAfter.IsZero() && !got.NotAfter.Equal(tc.notAfter) {
-				t.Errorf("earliest not-after %s, want %s", got.NotAfter, tc.notAfter)
-			}
-			for _, c := range got.CAs {
-				if _, err := c.Verify(x509.VerifyOptions{Roots: got.Pool, CurrentTime: c.NotBefore.Add(time.Second)}); err != nil {
-					t.Errorf("CA %s not in the pool: %v", c.Subject, err)
-				}
-			}
-		})
-	}
-}
-
 // fixture is a Watcher on a CA file in a kubelet-style volume, with a log
 // and the roots it applied.
 type fixture struct {
@@ -110,7 +45,7 @@ type fixture struct {
 	w       *Watcher
 	metrics *Metrics
 	mu      sync.Mutex
-	applied []*Bundle
+	applied []*filewatch.CABundle
 	log     bytes.Buffer
 }
 
@@ -123,17 +58,13 @@ func newFixture(t *testing.T, initial []byte) *fixture {
 	if err := vol.Write(map[string][]byte{"ca.crt": initial}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Load(vol.File("ca.crt"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, vol: vol, metrics: m}
-	f.w = &Watcher{Path: vol.File("ca.crt"), Initial: b, Metrics: m, Interval: time.Hour,
-		Apply: func(b *Bundle) {
+	f.w = &Watcher{Path: vol.File("ca.crt"), Metrics: m, Interval: time.Hour,
+		Apply: func(b *filewatch.CABundle) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.applied = append(f.applied, b)
@@ -143,6 +74,9 @@ func newFixture(t *testing.T, initial []byte) *fixture {
 			defer f.mu.Unlock()
 			f.log.WriteString(prefix + " " + args + "\n")
 		}, funcr.Options{}),
+	}
+	if err := f.w.Init(); err != nil {
+		t.Fatal(err)
 	}
 	return f
 }
@@ -188,8 +122,6 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, a.PEM)
-	f.w.current, f.w.seen = f.w.Initial, "sha256:initial-not-read-yet"
-
 	if f.w.Reload() {
 		t.Fatal("the initial content was applied again")
 	}
@@ -227,7 +159,7 @@ func TestReload(t *testing.T) {
 			t.Errorf("bad file %d: ca_file_valid is not 0", i)
 		}
 	}
-	if n := strings.Count(f.logText(), "CA file changed but is unusable; keeping the CA bundle in use"); n != 4 {
+	if n := strings.Count(f.logText(), "CA file changed but is unusable; keeping what is in use"); n != 4 {
 		t.Errorf("%d error lines for 4 bad files, want 4:\n%s", n, f.logText())
 	}
 
@@ -239,7 +171,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("missing file: in use %q, %v errors", f.inUse(), f.reloads(ResultError))
 	}
 	f.w.Reload()
-	if f.reloads(ResultError) != 5 || !strings.Contains(f.logText(), "CA file unreadable; keeping the CA bundle in use") {
+	if f.reloads(ResultError) != 5 || !strings.Contains(f.logText(), "CA file unreadable; keeping what is in use") {
 		t.Fatalf("missing file: %v errors, log:\n%s", f.reloads(ResultError), f.logText())
 	}
 
@@ -305,7 +237,7 @@ func TestPoll(t *testing.T) {
 	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
 	f := newFixture(t, a.PEM)
 	f.w.Interval = 20 * time.Millisecond
-	f.w.noNotify = true
+	f.w.pollOnly = true
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = f.w.Run(ctx) }()

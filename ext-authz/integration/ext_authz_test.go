@@ -437,7 +437,7 @@ var _ = Describe("ext-authz --ca-file reload", func() {
 		write([]byte("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n"))
 		Eventually(metric(reloadsErr)).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal("1"))
 		Expect(metric("runtime_watcher_ext_authz_ca_file_valid")()).To(Equal("0"))
-		Expect(p.Output()).To(ContainSubstring("CA file changed but is unusable; keeping the CA bundle in use"))
+		Expect(p.Output()).To(ContainSubstring("CA file changed but is unusable; keeping what is in use"))
 		Consistently(func() []decision { return []decision{decide(fromA)(), decide(fromB)()} }).WithTimeout(time.Second).
 			Should(Equal([]decision{invalid, allowed}))
 		Expect(metric(reloadsOK)()).To(Equal("2"))

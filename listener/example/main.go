@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +34,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,6 +50,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/listener"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
@@ -105,23 +106,34 @@ func parseOptions(args []string, errOut io.Writer) (*options, error) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "use leader election: every replica serves and is ready, only the leader accepts events (others answer 503) and reconciles")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	fs.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
-	fs.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to this CA")
+	fs.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to the CAs of this PEM file (reloaded when it changes)")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
 	if err := o.Parse(fs, args); err != nil || o.Version {
 		return o, err
 	}
-	if o.identity != "header" && o.identity != "san-pinning" {
-		return nil, fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
-	}
-	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
-		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
-	}
-	if o.print != "text" && o.print != "json" {
-		return nil, fmt.Errorf("--print=%q: want text or json", o.print)
+	if errs := o.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
 	return o, nil
+}
+
+// validate checks every flag, collecting every problem.
+func (o *options) validate() field.ErrorList {
+	var errs field.ErrorList
+	if o.caFile != "" && o.identity != "san-pinning" {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, "needs --identity=san-pinning"))
+	} else if _, err := filewatch.LoadCABundle(o.caFile, time.Now()); o.caFile != "" && err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, err.Error()))
+	}
+	return startup.Collect(errs,
+		startup.DNSLabel("manager", o.manager),
+		startup.DNSLabel("kyma-namespace", o.kymaNamespace),
+		startup.OneOf("identity", o.identity, "header", "san-pinning"),
+		startup.Together("tls-cert-file", o.tlsCertFile, "tls-key-file", o.tlsKeyFile),
+		startup.OneOf("print", o.print, "text", "json"),
+	)
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
@@ -159,18 +171,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	case "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())
 	case "san-pinning":
-		v := &identity.Verifier{Lookup: lookup}
-		if o.caFile != "" {
-			pemBytes, err := os.ReadFile(o.caFile)
-			if err != nil {
-				return fmt.Errorf("--ca-file: %w", err)
-			}
-			v.Roots = x509.NewCertPool()
-			if !v.Roots.AppendCertsFromPEM(pemBytes) {
-				return fmt.Errorf("--ca-file %s holds no PEM certificate", o.caFile)
-			}
+		lopts = append(lopts, listener.WithSANPinning(&identity.Verifier{Lookup: lookup}))
+		if o.caFile != "" { // reloaded while the operator runs
+			lopts = append(lopts, listener.WithClientCAFile(o.caFile))
 		}
-		lopts = append(lopts, listener.WithSANPinning(v))
 	default: // parseOptions accepts no other
 		return fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
 	}

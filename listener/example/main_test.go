@@ -32,12 +32,16 @@ func TestParseOptions(t *testing.T) {
 				t.Error("Version not set")
 			}
 		}},
-		{Name: "identity", Args: []string{"--identity", "cn"}, WantErr: `--identity must be header or san-pinning, not "cn"`},
-		{Name: "certificate without key", Args: []string{"--tls-cert-file", "c"}, WantErr: "--tls-cert-file and --tls-key-file go together"},
-		{Name: "key without certificate", Args: []string{"--tls-key-file", "k"}, WantErr: "--tls-cert-file and --tls-key-file go together"},
-		{Name: "print", Args: []string{"--print", "xml"}, WantErr: `--print="xml": want text or json`},
-		{Name: "unknown flag", Args: []string{"--nope"}, WantErr: "flag provided but not defined"},
-		{Name: "argument", Args: []string{"serve"}, WantErr: "unexpected arguments"},
+		{Name: "identity", Args: []string{"--identity", "cn"}, WantErr: []string{`--identity: Unsupported value: "cn": supported values: "header", "san-pinning"`}},
+		{Name: "certificate without key", Args: []string{"--tls-cert-file", "c"}, WantErr: []string{"--tls-cert-file: Required value: --tls-cert-file and --tls-key-file go together"}},
+		{Name: "key without certificate", Args: []string{"--tls-key-file", "k"}, WantErr: []string{"--tls-cert-file and --tls-key-file go together"}},
+		{Name: "print", Args: []string{"--print", "xml"}, WantErr: []string{`--print: Unsupported value: "xml"`}},
+		{Name: "unusable CA file", Args: []string{"--identity", "san-pinning", "--ca-file", "/dev/null"}, WantErr: []string{`--ca-file: Invalid value: "/dev/null": no PEM certificate in it`}},
+		{Name: "CA file without SAN pinning", Args: []string{"--ca-file", "ca.crt"}, WantErr: []string{`--ca-file: Invalid value: "ca.crt": needs --identity=san-pinning`}},
+		{Name: "every problem at once", Args: []string{"--manager", "Ops", "--kyma-namespace", "a.b", "--identity", "cn", "--tls-key-file", "k", "--print", "xml"},
+			WantErr: []string{`--manager: Invalid value: "Ops"`, `--kyma-namespace: Invalid value: "a.b"`, "--identity", "--tls-cert-file", "--print"}},
+		{Name: "unknown flag", Args: []string{"--nope"}, WantErr: []string{"flag provided but not defined"}},
+		{Name: "argument", Args: []string{"serve"}, WantErr: []string{"unexpected arguments"}},
 	})
 }
 

@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,7 +35,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -87,8 +85,8 @@ func parseOptions(args []string, errOut io.Writer) (*options, error) {
 	if err := o.Parse(fs, args); err != nil || o.Version {
 		return o, err
 	}
-	if errs := validation.IsDNS1123Label(o.module); len(errs) > 0 {
-		return nil, fmt.Errorf("--module %q: %s", o.module, strings.Join(errs, "; "))
+	if errs := startup.Collect(nil, startup.DNSLabel("module", o.module), startup.DNSLabel("kyma-namespace", o.namespace)); len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
 	if o.leNamespace == "" {
 		o.leNamespace = o.namespace

@@ -24,10 +24,11 @@ func TestParseOptions(t *testing.T) {
 				t.Error("Version not set")
 			}
 		}},
-		{Name: "module", Args: []string{"--module", "Sample_Module"}, WantErr: `--module "Sample_Module"`},
-		{Name: "empty module", Args: []string{"--module", ""}, WantErr: "--module"},
-		{Name: "unknown flag", Args: []string{"--nope"}, WantErr: "flag provided but not defined"},
-		{Name: "argument", Args: []string{"serve"}, WantErr: "unexpected arguments"},
+		{Name: "module", Args: []string{"--module", "Sample_Module"}, WantErr: []string{`--module: Invalid value: "Sample_Module"`}},
+		{Name: "empty module", Args: []string{"--module", ""}, WantErr: []string{"--module"}},
+		{Name: "every problem at once", Args: []string{"--module", "", "--kyma-namespace", "KCP"}, WantErr: []string{`--module: Invalid value: ""`, `--kyma-namespace: Invalid value: "KCP"`}},
+		{Name: "unknown flag", Args: []string{"--nope"}, WantErr: []string{"flag provided but not defined"}},
+		{Name: "argument", Args: []string{"serve"}, WantErr: []string{"unexpected arguments"}},
 	})
 }
 

@@ -158,15 +158,18 @@ func (m *Mirror) Sync(ctx context.Context, skr client.Client, kyma Kyma) (Result
 			res.Unchanged++ // nothing to mirror and nothing to report on
 			continue
 		}
+		// A write that fails after creating or updating the object (its
+		// status was refused) still counts as that write.
 		changed, err := m.write(ctx, kyma, cr, have[module])
-		switch {
-		case err != nil:
+		if err != nil {
 			errs = append(errs, err)
+		}
+		switch {
 		case changed == created:
 			res.Created++
 		case changed == updated:
 			res.Updated++
-		default:
+		case err == nil:
 			res.Unchanged++
 		}
 	}

@@ -107,8 +107,9 @@ func (r *Reconciler) gained(gained func(runtime string) bool) error {
 	return nil
 }
 
-// enqueueRuntime enqueues the Kyma of an event's runtime (the shared
-// lookup: runtime-id label first, then name); events of unknown runtimes
+// enqueueRuntime enqueues the Kyma of an event's runtime (listener.KymaOf:
+// the shared lookup, runtime-id label first, then name, bounded by the
+// listener's lookup timeout); events of unknown runtimes
 // are counted and dropped. With confirm > 0 the runtime is mirrored again
 // that much later: the SKR's admission webhook reports a change before the
 // API server stores it, so the first pass may read the Module CR as it was.
@@ -119,7 +120,7 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 			if !ok {
 				return
 			}
-			rt, found, err := lookup.LookupRuntime(ctx, ev.RuntimeID)
+			key, found, err := listener.KymaOf(ctx, lookup, namespace, ev.RuntimeID)
 			switch {
 			case err != nil:
 				syncmetrics.Events.WithLabelValues("lookup-failed").Inc()
@@ -128,7 +129,7 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 				syncmetrics.Events.WithLabelValues("unknown-runtime").Inc()
 			default:
 				syncmetrics.Events.WithLabelValues("enqueued").Inc()
-				req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: rt.KymaName}}
+				req := reconcile.Request{NamespacedName: key}
 				q.Add(req)
 				if confirm > 0 {
 					q.AddAfter(req, confirm)
@@ -168,9 +169,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	release, ok := r.Turns.Take(key, "mirror "+key, r.requeue.Wake(req))
 	if !ok {
-		// Requeued when the pass that holds the turn ends.
+		// Requeued when the pass that holds the turn ends (at the latest
+		// after pacing.Wait).
 		syncmetrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
-		return reconcile.Result{}, nil
+		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)

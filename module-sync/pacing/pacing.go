@@ -39,6 +39,12 @@ type Turns struct {
 	busy map[string]map[string]func()
 }
 
+// Wait is the fallback requeue of a pass that found its runtime busy: the
+// release of the turn wakes it at once (Take's wake); should a wake-up
+// ever be lost, the pass still comes back after Wait (nothing waits
+// silently forever).
+const Wait = 5 * time.Second
+
 // Take takes runtime's turn for item; ok false while another pass holds it:
 // then wake is called once, when that pass releases the turn (the caller
 // requeues item there; item names the waiter, so a pass that asks again

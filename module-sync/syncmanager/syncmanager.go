@@ -19,11 +19,9 @@ package syncmanager
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -243,6 +241,10 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
+// newManager is ctrl.NewManager; the tests build the manager over a fake
+// cluster with it.
+var newManager = ctrl.NewManager
+
 // New sets up the manager with the listener, the Watchers and both
 // controllers. clients nil: RuntimeClients(o.SKRTimeout).
 func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.ClusterClients) (manager.Manager, error) {
@@ -270,7 +272,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		}
 		cfg.UserAgent = ua + " shard/" + o.ShardIdentity
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := newManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
@@ -404,18 +406,10 @@ func newListener(mgr manager.Manager, o Options, members *shards.Shards) (*liste
 	case "", "header":
 		lopts = append(lopts, listener.WithRuntimeIDHeader())
 	case "san-pinning":
-		v := &identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), o.KymaNamespace)}
-		if o.CAFile != "" {
-			pemBytes, err := os.ReadFile(o.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("--ca-file: %w", err)
-			}
-			v.Roots = x509.NewCertPool()
-			if !v.Roots.AppendCertsFromPEM(pemBytes) {
-				return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", o.CAFile)
-			}
+		lopts = append(lopts, listener.WithSANPinning(&identity.Verifier{Lookup: identity.NewKymaLookup(mgr.GetCache(), o.KymaNamespace)}))
+		if o.CAFile != "" { // reloaded while module-sync runs
+			lopts = append(lopts, listener.WithClientCAFile(o.CAFile))
 		}
-		lopts = append(lopts, listener.WithSANPinning(v))
 	default:
 		return nil, fmt.Errorf("--identity must be header or san-pinning, not %q", o.Identity)
 	}

@@ -78,14 +78,7 @@ type Reconciler struct {
 // SetupWithManager registers the controller and the index of SyncResources
 // by Kyma.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, kymaField, func(obj client.Object) []string {
-		return []string{obj.(*v1alpha1.SyncResource).Spec.Kyma}
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.SyncResource{}, moduleField, func(obj client.Object) []string {
-		return []string{obj.(*v1alpha1.SyncResource).Spec.Module}
-	}); err != nil {
+	if err := indexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: r.Workers}
@@ -126,6 +119,18 @@ func (r *Reconciler) gained(gained func(runtime string) bool) error {
 	return nil
 }
 
+// indexFields registers the indexes of SyncResources by Kyma and by module.
+func indexFields(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &v1alpha1.SyncResource{}, kymaField, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.SyncResource).Spec.Kyma}
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &v1alpha1.SyncResource{}, moduleField, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.SyncResource).Spec.Module}
+	})
+}
+
 func (r *Reconciler) forKyma(ctx context.Context, kyma client.Object) []reconcile.Request {
 	return r.requests(ctx, kyma.GetNamespace(), kymaField, kyma.GetName())
 }
@@ -135,9 +140,6 @@ func (r *Reconciler) forGrant(ctx context.Context, mg client.Object) []reconcile
 }
 
 func (r *Reconciler) requests(ctx context.Context, namespace, field, value string) []reconcile.Request {
-	if !r.requeue.Started() {
-		return nil // its start enqueues every object, and its passes ask the owner
-	}
 	list := &v1alpha1.SyncResourceList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{field: value}); err != nil {
 		return nil
@@ -167,9 +169,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	defer done()
 	release, ok := r.Turns.Take(sr.Namespace+"/"+sr.Spec.Kyma, "syncresource "+key, r.requeue.Wake(req))
 	if !ok {
-		// Requeued when the pass that holds the turn ends.
+		// Requeued when the pass that holds the turn ends (at the latest
+		// after pacing.Wait).
 		syncmetrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
-		return reconcile.Result{}, nil
+		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
 	defer release()
 	if sr.DeletionTimestamp != nil {

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 )
 
 // CertificateSource hands out the current client certificate;
-// controller-runtime's certwatcher.CertWatcher is one.
+// filewatch.KeyPair is one.
 type CertificateSource interface {
 	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
@@ -78,9 +80,11 @@ func NewClient(cfg ClientConfig, log logr.Logger) (*Client, error) {
 // HTTP returns the current client. Take it anew for every request.
 func (c *Client) HTTP() *http.Client { return c.current.Load() }
 
-// Reload re-reads the CA file and the current client certificate and, when
-// either changed, switches to a new transport and closes the old one's
-// connections once they are idle. On error the old client stays.
+// Reload re-reads the CA file (filewatch.ParseCABundle) and the current
+// client certificate and, when either changed, switches to a new transport
+// and closes the old one's connections once they are idle. On error the old
+// client stays. The webhook calls it when a file watcher sees either change
+// (a CA rotation changes ca.crt alone).
 func (c *Client) Reload() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,10 +92,11 @@ func (c *Client) Reload() error {
 	if err != nil {
 		return fmt.Errorf("reading CA file: %w", err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return fmt.Errorf("CA file %s holds no PEM certificate", c.cfg.CAFile)
+	bundle, err := filewatch.ParseCABundle(caPEM, time.Now())
+	if err != nil {
+		return fmt.Errorf("CA file %s: %w", c.cfg.CAFile, err)
 	}
+	pool := bundle.Pool
 	cert, err := c.cfg.Certs.GetCertificate(nil)
 	if err != nil {
 		return fmt.Errorf("client certificate: %w", err)

@@ -11,13 +11,16 @@
 // gets a "startup" resync when it first becomes known. Resyncs and
 // heartbeats are coalesced to at most one pending per manager, retried until
 // delivered and handed out before any object event.
+//
+// What happens to one event after an attempt is decided in one place,
+// Dispatcher.settle (fate.go), whose comment is the whole table; the Queue
+// (queue.go) only coalesces, orders and bounds entries and does what settle
+// tells it.
 package delivery
 
 import (
 	"context"
 	"math/rand/v2"
-	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,7 +147,7 @@ type manager struct {
 	sending            contract.ResyncReason // resync in flight
 }
 
-// Dispatcher owns the queue and the workers.
+// Dispatcher owns the queue, the workers and the managers known.
 type Dispatcher struct {
 	cfg     Config
 	clock   clock.WithTicker
@@ -176,7 +179,7 @@ func New(cfg Config, sender Sender, log logr.Logger) *Dispatcher {
 		cfg:   cfg,
 		clock: cfg.Clock,
 		queue: NewQueue(QueueConfig{
-			Capacity: cfg.QueueSize, Interval: cfg.ObjectInterval, MaxRetryAge: cfg.MaxRetryAge, Clock: cfg.Clock,
+			Capacity: cfg.QueueSize, Interval: cfg.ObjectInterval, Clock: cfg.Clock,
 		}),
 		sender:   sender,
 		log:      log,
@@ -359,32 +362,6 @@ func (d *Dispatcher) requestResync(name string, m *manager, reason contract.Resy
 	}
 }
 
-// overflowed counts object entries dropped for room and requests an
-// overflow resync for each manager concerned.
-func (d *Dispatcher) overflowed(keys []Key) {
-	if len(keys) == 0 {
-		return
-	}
-	d.dropped(DropOverflow, keys)
-	last := ""
-	for _, k := range keys {
-		if k.Manager != last {
-			d.Resync(k.Manager, contract.ResyncOverflow)
-			last = k.Manager
-		}
-	}
-}
-
-func (d *Dispatcher) dropped(reason string, keys []Key) {
-	if len(keys) == 0 {
-		return
-	}
-	d.metrics.dropped.WithLabelValues(reason).Add(float64(len(keys)))
-	for _, k := range keys {
-		d.drops.note(reason, k)
-	}
-}
-
 // Depth is the number of deliveries still owed.
 func (d *Dispatcher) Depth() int { return d.queue.Depth() }
 
@@ -474,193 +451,4 @@ func (d *Dispatcher) event(l *Lease) (contract.WatchEvent, bool) {
 		return contract.WatchEvent{}, false
 	}
 	return contract.WatchEvent{Resync: m.sending}, true
-}
-
-// resyncDone ends a resync attempt: sent, dropped or to be retried.
-func (d *Dispatcher) resyncDone(name string, retry bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	m, ok := d.managers[name]
-	if !ok {
-		return
-	}
-	if retry && m.resync == "" {
-		m.resync = m.sending
-	}
-	m.sending = ""
-}
-
-func (d *Dispatcher) attempt(l *Lease) {
-	ev, ok := d.event(l)
-	if !ok {
-		d.queue.Drop(l)
-		return
-	}
-	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.AttemptTimeout)
-	start := d.clock.Now()
-	r := d.sender.Send(ctx, l.Key.Manager, ev)
-	cancel()
-	d.metrics.attemptDuration.WithLabelValues(string(r.Outcome)).Observe(d.clock.Since(start).Seconds())
-	d.metrics.attempts.WithLabelValues(ResultClass(r)).Inc()
-	if l.Key.Control == ControlHeartbeat && r.Outcome != Delivered {
-		d.metrics.heartbeatsFailed.Inc()
-	}
-	switch r.Outcome {
-	case Delivered:
-		now := d.clock.Now().UnixNano()
-		prev := d.lastOK.Swap(now)
-		if d.failing.Load() && time.Duration(now-prev) >= d.cfg.MaxDelay/2 && d.failing.CompareAndSwap(true, false) {
-			// The KCP answers again after an outage (nothing delivered for
-			// half the largest delay or more): what waits for its backoff
-			// goes now rather than up to MaxDelay later. Partial failures
-			// (deliveries keep succeeding) keep their backoff.
-			d.queue.Expedite()
-		}
-		switch l.Key.Control {
-		case ControlResync:
-			d.metrics.resyncsSent.WithLabelValues(string(ev.Resync)).Inc()
-			d.resyncDone(l.Key.Manager, false)
-		case ControlHeartbeat:
-			d.metrics.heartbeatsSent.Inc()
-		default:
-			d.metrics.delivered.Inc()
-			d.metrics.latency.Observe(d.clock.Since(l.Since).Seconds())
-		}
-		d.overflowed(d.queue.Delivered(l))
-	case Rejected:
-		d.queue.Drop(l)
-		if l.Key.Control == ControlResync {
-			d.resyncDone(l.Key.Manager, false)
-		}
-		reason := dropReason(r.Status)
-		d.metrics.dropped.WithLabelValues(reason).Inc()
-		d.log.Error(r.Err, "KCP refused the event body, dropped", "reason", reason, "manager", l.Key.Manager,
-			"gvk", l.Key.GVK, "namespace", l.Key.Namespace, "name", l.Key.Name, "resync", ev.Resync,
-			"heartbeat", ev.Heartbeat, "status", r.Status)
-	default:
-		if IsTLSFailure(r.Err) {
-			d.metrics.tlsFailures.Inc()
-		}
-		d.failing.Store(true)
-		delay := d.backoff(l.Attempt, r.RetryAfter)
-		if l.Key.Control == ControlResync {
-			d.resyncDone(l.Key.Manager, true)
-		}
-		requeued, dropped := d.queue.Retry(l, d.clock.Now().Add(delay))
-		d.overflowed(dropped)
-		if !requeued {
-			d.dropped(DropExpired, []Key{l.Key})
-			d.log.Error(r.Err, "event not delivered within the maximum retry age, dropped; requesting an expired resync",
-				"manager", l.Key.Manager, "namespace", l.Key.Namespace, "name", l.Key.Name, "attempts", l.Attempt)
-			d.Resync(l.Key.Manager, contract.ResyncExpired)
-			return
-		}
-		d.metrics.retried.Inc()
-		if d.ctx.Err() == nil && (l.Attempt == 1 || d.log.V(1).Enabled()) {
-			d.log.Info("delivery failed, will retry", "manager", l.Key.Manager, "namespace", l.Key.Namespace,
-				"name", l.Key.Name, "resync", ev.Resync, "heartbeat", ev.Heartbeat, "attempt", l.Attempt,
-				"in", delay.String(), "status", r.Status, "error", errString(r.Err))
-		}
-	}
-}
-
-// dropReason names a refused body by its status.
-func dropReason(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return DropBadRequest
-	case http.StatusRequestEntityTooLarge:
-		return DropTooLarge
-	case http.StatusUnsupportedMediaType:
-		return DropUnsupportedMediaType
-	case http.StatusUnprocessableEntity:
-		return DropUnprocessable
-	default:
-		return DropInvalid
-	}
-}
-
-// ResultClass is the "result" label of one attempt: "2xx", "3xx", "5xx",
-// the status for the 4xx the delivery rules name (400, 403, 404, 408, 413,
-// 415, 422, 425, 429), "4xx" for other client errors, "transport" for no
-// answer and "invalid" for an event that could not be sent.
-func ResultClass(r Result) string {
-	switch s := r.Status; {
-	case s == 0 && r.Outcome == Rejected:
-		return "invalid"
-	case s == 0:
-		return "transport"
-	case s >= 200 && s < 300:
-		return "2xx"
-	case s >= 300 && s < 400:
-		return "3xx"
-	case s >= 500 && s < 600:
-		return "5xx"
-	}
-	switch r.Status {
-	case 400, 403, 404, 408, 413, 415, 422, 425, 429:
-		return strconv.Itoa(r.Status)
-	}
-	return "4xx"
-}
-
-var resultClasses = []string{"2xx", "3xx", "400", "403", "404", "408", "413", "415", "422", "425", "429", "4xx", "5xx",
-	"transport", "invalid"}
-
-// backoff is BaseDelay·2^(attempt-1), capped at MaxDelay, with "equal
-// jitter" (half fixed, half random); a Retry-After asks for at least its
-// delay, still capped at MaxDelay.
-func (d *Dispatcher) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	delay := d.cfg.MaxDelay
-	if attempt < 32 {
-		if e := d.cfg.BaseDelay << (attempt - 1); e > 0 && e < delay {
-			delay = e
-		}
-	}
-	delay = delay/2 + d.cfg.Jitter(delay/2)
-	if retryAfter > delay {
-		delay = min(retryAfter, d.cfg.MaxDelay)
-	}
-	return delay
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// dropLog logs dropped events without flooding: the first drop at once,
-// then at most one summary line per second.
-type dropLog struct {
-	log     logr.Logger
-	mu      sync.Mutex
-	last    time.Time
-	pending map[string]int
-}
-
-func (l *dropLog) note(reason string, k Key) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); now.Sub(l.last) >= time.Second {
-		l.last = now
-		l.log.Info("event dropped", "reason", reason, "manager", k.Manager, "gvk", k.GVK,
-			"namespace", k.Namespace, "name", k.Name, "moreSinceLastLog", l.pending)
-		l.pending = nil
-		return
-	}
-	if l.pending == nil {
-		l.pending = map[string]int{}
-	}
-	l.pending[reason]++
-}
-
-func (l *dropLog) flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.pending) > 0 {
-		l.log.Info("events dropped", "byReason", l.pending)
-		l.pending = nil
-	}
 }

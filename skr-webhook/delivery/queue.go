@@ -118,10 +118,6 @@ type QueueConfig struct {
 	// object; changes in between coalesce into one delivery at its end.
 	// Zero disables it.
 	Interval time.Duration
-	// MaxRetryAge: a failed delivery whose newest change is older than this
-	// is dropped instead of retried. Zero: no limit. Control keys never
-	// expire.
-	MaxRetryAge time.Duration
 	// Clock is the clock (times and timers); the real one when nil.
 	Clock clock.WithTicker
 }
@@ -411,16 +407,18 @@ func (q *Queue) Delivered(l *Lease) (dropped []Key) {
 	return nil
 }
 
-// Retry ends a failed lease: the item is due again at the given time, unless
-// its newest change is older than MaxRetryAge (when set); then it is dropped and Retry
-// reports false. Entries dropped to make room are returned.
-func (q *Queue) Retry(l *Lease, at time.Time) (requeued bool, dropped []Key) {
+// Retry ends a failed lease: the item is due again at the given time, or,
+// when its newest change (also one that came while in flight) is before
+// expireBefore (zero: never), it is dropped and Retry reports false — in one
+// step, so a change cannot slip in between. The caller decides both
+// (Dispatcher.settle). Entries dropped to make room are returned.
+func (q *Queue) Retry(l *Lease, at, expireBefore time.Time) (requeued bool, dropped []Key) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	it := l.it
 	q.flight--
 	q.clearDirty(it)
-	if it.key.Control == ControlNone && q.cfg.MaxRetryAge > 0 && q.cfg.Clock.Now().Sub(it.changed) > q.cfg.MaxRetryAge {
+	if !expireBefore.IsZero() && it.changed.Before(expireBefore) {
 		q.forget(it)
 		return false, nil
 	}

@@ -152,10 +152,10 @@ func TestQueueWithoutIntervalForgetsDeliveredItems(t *testing.T) {
 
 func TestQueueRetry(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, MaxRetryAge: time.Minute, Clock: c})
+	q := NewQueue(QueueConfig{Capacity: 10, Clock: c})
 	q.Add(key("a"))
 	l := mustGet(t, q)
-	ok, dropped := q.Retry(l, c.Now().Add(time.Second))
+	ok, dropped := q.Retry(l, c.Now().Add(time.Second), c.Now().Add(-time.Minute))
 	if !ok || len(dropped) != 0 {
 		t.Fatalf("retry %v %v", ok, dropped)
 	}
@@ -167,9 +167,9 @@ func TestQueueRetry(t *testing.T) {
 	if l.Attempt != 2 {
 		t.Fatalf("attempt %d, want 2", l.Attempt)
 	}
-	// Past the maximum age with no newer change: dropped.
+	// Its newest change before the cutoff: dropped.
 	c.Step(time.Minute)
-	if ok, _ := q.Retry(l, c.Now()); ok {
+	if ok, _ := q.Retry(l, c.Now(), c.Now().Add(-time.Minute+time.Nanosecond)); ok {
 		t.Fatal("expired item requeued")
 	}
 	if q.Len() != 0 {
@@ -179,13 +179,13 @@ func TestQueueRetry(t *testing.T) {
 
 func TestQueueChangeDuringRetryKeepsTheItemAlive(t *testing.T) {
 	c := newClock()
-	q := NewQueue(QueueConfig{Capacity: 10, MaxRetryAge: time.Minute, Clock: c})
+	q := NewQueue(QueueConfig{Capacity: 10, Clock: c})
 	q.Add(key("a"))
 	l := mustGet(t, q)
 	c.Step(59 * time.Second)
 	q.Add(key("a")) // newer state arrives while the attempt fails
 	c.Step(2 * time.Second)
-	if ok, _ := q.Retry(l, c.Now()); !ok {
+	if ok, _ := q.Retry(l, c.Now(), c.Now().Add(-time.Minute)); !ok {
 		t.Fatal("item with a recent change expired")
 	}
 	if d := q.Depth(); d != 1 {

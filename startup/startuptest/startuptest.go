@@ -11,15 +11,18 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
 
 // Case is one row of a binary's flag table.
 type Case[C any] struct {
 	Name string
 	Args []string
-	// WantErr: the parse fails with an error containing it; Check is not
-	// called.
-	WantErr string
+	// WantErr: the parse fails with one problem (startup.Problems) per
+	// entry, the i-th containing WantErr[i] (problems in the order the
+	// binary's validation finds them); Check is not called.
+	WantErr []string
 	// Check looks at the configuration of a successful parse.
 	Check func(t *testing.T, c C)
 }
@@ -31,9 +34,15 @@ func Run[C any](t *testing.T, parse func([]string, io.Writer) (C, error), cases 
 	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {
 			c, err := parse(tt.Args, io.Discard)
-			if tt.WantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.WantErr) {
-					t.Fatalf("%q: error %v, want one containing %q", tt.Args, err, tt.WantErr)
+			if len(tt.WantErr) > 0 {
+				problems := startup.Problems(err)
+				if len(problems) != len(tt.WantErr) {
+					t.Fatalf("%q: %d problems %v, want %d: %q", tt.Args, len(problems), problems, len(tt.WantErr), tt.WantErr)
+				}
+				for i, want := range tt.WantErr {
+					if !strings.Contains(problems[i].Error(), want) {
+						t.Errorf("%q: problem %d is %q, want one containing %q", tt.Args, i, problems[i], want)
+					}
 				}
 				return
 			}

@@ -38,8 +38,10 @@ func TestEveryBuildNamesTheCertifiedModule(t *testing.T) {
 
 // TestBinariesCarryTheCertifiedModule reads the build information of every
 // binary as testenv builds it: the certified module, FIPS mode on by
-// default.
+// default. It builds every binary, so it is not part of -short
+// (TestEveryBuildNamesTheCertifiedModule is: the builds' settings).
 func TestBinariesCarryTheCertifiedModule(t *testing.T) {
+	testenv.SkipIfShort(t) // builds all six binaries
 	for _, name := range testenv.Binaries {
 		bin, err := testenv.BuildBinary(name)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
 )
@@ -35,7 +36,14 @@ type buildResult struct {
 // Each binary is built once per test process; Go's build cache makes repeated
 // builds across processes cheap. The binary is renamed into place, so test
 // processes building the same binary at once never see a partial file.
+//
+// In a test under -short (make test-unit) it builds nothing and fails: the
+// inner loop builds no binaries, so a test that runs one calls SkipIfShort
+// first.
 func BuildBinary(name string) (string, error) {
+	if testing.Testing() && testing.Short() {
+		return "", fmt.Errorf("testenv.BuildBinary(%q) under -short: make test-unit builds no binaries; call SkipIfShort before", name)
+	}
 	v, _ := built.LoadOrStore(name, &buildResult{})
 	r := v.(*buildResult)
 	r.once.Do(func() {

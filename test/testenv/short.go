@@ -10,7 +10,7 @@ import "testing"
 func SkipIfShort(tb testing.TB) {
 	tb.Helper()
 	if testing.Short() {
-		tb.Skip("needs real API servers: skipped by -short (make test-unit); make test runs it")
+		tb.Skip("needs real API servers or the project's binaries: skipped by -short (make test-unit); make test runs it")
 	}
 }
 

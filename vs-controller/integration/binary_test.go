@@ -97,6 +97,7 @@ var _ = Describe("The vs-controller binary", Ordered, func() {
 			"--kcp-gateway-host="+kcpGateway, `--skr-webhook-ingress-from=[{"ipBlock":{"cidr":"10.0.0.0/8"},"podSelector":{}}]`), GinkgoWriter, GinkgoWriter)
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(bad).Should(gexec.Exit(2))
-		Expect(string(bad.Err.Contents())).To(ContainSubstring("--skr-webhook-ingress-from: peer 0: ipBlock cannot be combined with a selector"))
+		Expect(string(bad.Err.Contents())).To(And(ContainSubstring("vs-controller: invalid flags: --skr-webhook-ingress-from: Invalid value"),
+			ContainSubstring("peer 0: ipBlock cannot be combined with a selector")))
 	})
 })

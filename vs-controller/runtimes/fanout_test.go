@@ -3,32 +3,18 @@ package runtimes
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 )
-
-// countingClient counts List calls.
-type countingClient struct {
-	client.Client
-	lists atomic.Int64
-}
-
-func (c *countingClient) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
-	c.lists.Add(1)
-	return c.Client.List(ctx, l, opts...)
-}
 
 // TestWatcherBurstIsOneFanOut: a burst of Watcher events lists the Kymas
 // once and enqueues each once (the vs-controller bench's hot loop was one
@@ -36,17 +22,12 @@ func (c *countingClient) List(ctx context.Context, l client.ObjectList, opts ...
 func TestWatcherBurstIsOneFanOut(t *testing.T) {
 	var objs []client.Object
 	for i := range 50 {
-		k := &unstructured.Unstructured{}
-		k.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
-		k.SetNamespace("kcp-system")
-		k.SetName(fmt.Sprintf("kyma-%02d", i))
-		objs = append(objs, k)
+		objs = append(objs, fakecluster.Kyma("kcp-system", fmt.Sprintf("kyma-%02d", i), "", ""))
 	}
 	scheme := runtime.NewScheme()
 	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
-	scheme.AddKnownTypeWithName(v1beta2.KymaGroupVersionKind, &unstructured.Unstructured{})
-	scheme.AddKnownTypeWithName(v1beta2.GroupVersion.WithKind("KymaList"), &unstructured.UnstructuredList{})
-	c := &countingClient{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()}
+	fakecluster.AddKyma(scheme)
+	c := fakecluster.New(t, scheme, fakecluster.WithObjects(objs...))
 	h := &allKymas{r: &Reconciler{Client: c, KymaNamespace: "kcp-system", WatcherDebounce: 50 * time.Millisecond}}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
@@ -58,15 +39,15 @@ func TestWatcherBurstIsOneFanOut(t *testing.T) {
 	for q.Len() < 50 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond) // polling the queue length, not waiting for a race
 	}
-	if q.Len() != 50 || c.lists.Load() != 1 {
-		t.Fatalf("after 1,000 Watcher events: %d queued, %d Kyma lists; want 50 and 1", q.Len(), c.lists.Load())
+	if q.Len() != 50 || c.Lists("Kyma") != 1 {
+		t.Fatalf("after 1,000 Watcher events: %d queued, %d Kyma lists; want 50 and 1", q.Len(), c.Lists("Kyma"))
 	}
 	// A later event schedules the next fan-out.
 	h.Update(ctx, event.UpdateEvent{}, q)
-	for c.lists.Load() < 2 && time.Now().Before(deadline) {
+	for c.Lists("Kyma") < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if c.lists.Load() != 2 {
-		t.Fatalf("a Watcher event after the fan-out did not list again (%d lists)", c.lists.Load())
+	if c.Lists("Kyma") != 2 {
+		t.Fatalf("a Watcher event after the fan-out did not list again (%d lists)", c.Lists("Kyma"))
 	}
 }

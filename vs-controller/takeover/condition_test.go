@@ -10,10 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 )
 
 // kymaConditions reads the Kyma's status.conditions.
@@ -36,6 +35,29 @@ func kymaConditions(t *testing.T, c client.Client, key client.ObjectKey) []metav
 	return out
 }
 
+// backdate sets the lastTransitionTime of the Kyma's take-over condition
+// an hour back.
+func backdate(t *testing.T, c client.Client, key client.ObjectKey) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+	if err := c.Get(context.Background(), key, u); err != nil {
+		t.Fatal(err)
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, v := range conds {
+		if m := v.(map[string]any); m["type"] == ConditionTakeOver {
+			m["lastTransitionTime"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		}
+	}
+	if err := unstructured.SetNestedSlice(u.Object, conds, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().Update(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSetTakeOverCondition(t *testing.T) {
 	kyma := &unstructured.Unstructured{}
 	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
@@ -45,12 +67,10 @@ func TestSetTakeOverCondition(t *testing.T) {
 	if err := unstructured.SetNestedField(kyma.Object, map[string]any{"state": "Ready", "conditions": []any{lmCond}}, "status"); err != nil {
 		t.Fatal(err)
 	}
-	patches := 0
-	c := fake.NewClientBuilder().WithObjects(kyma).WithStatusSubresource(kyma).
-		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-			patches++
-			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
-		}}).Build()
+	scheme := runtime.NewScheme()
+	fakecluster.AddKyma(scheme)
+	c := fakecluster.New(t, scheme, fakecluster.WithObjects(kyma))
+	patches := func() int { return c.Count(fakecluster.StatusPatch, "Kyma") }
 	key := client.ObjectKeyFromObject(kyma)
 	ctx := context.Background()
 
@@ -59,8 +79,8 @@ func TestSetTakeOverCondition(t *testing.T) {
 		if err := r.setTakeOverCondition(ctx, kyma, key.String(), cond); err != nil {
 			t.Fatal(err)
 		}
-		if patches != wantPatches {
-			t.Errorf("%s: %d status patches, want %d", cond.Reason, patches, wantPatches)
+		if patches() != wantPatches {
+			t.Errorf("%s: %d status patches, want %d", cond.Reason, patches(), wantPatches)
 		}
 		conds := kymaConditions(t, c, key)
 		if lm := meta.FindStatusCondition(conds, "Ready"); lm == nil || lm.Message != "LM's" || lm.ObservedGeneration != 3 {
@@ -74,9 +94,12 @@ func TestSetTakeOverCondition(t *testing.T) {
 	}
 
 	r := &TakeOver{Client: c}
-	waiting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1)
+	step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1)
 	step(r, takeOverCondition(metav1.ConditionFalse, CondReasonWaitingForLM, "w"), 1) // remembered: no read, no write
-	time.Sleep(1100 * time.Millisecond)                                               // lastTransitionTime has seconds
+	// The condition as an hour old (lastTransitionTime has seconds: a
+	// change within the same second would look unchanged).
+	backdate(t, c, key)
+	waiting := *meta.FindStatusCondition(kymaConditions(t, c, key), ConditionTakeOver)
 	adopting := step(r, takeOverCondition(metav1.ConditionFalse, CondReasonAdopting, "a"), 2)
 	if !adopting.LastTransitionTime.Equal(&waiting.LastTransitionTime) {
 		t.Errorf("same status False: lastTransitionTime changed from %v to %v", waiting.LastTransitionTime, adopting.LastTransitionTime)

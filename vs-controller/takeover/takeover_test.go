@@ -14,8 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
@@ -71,12 +71,12 @@ func TestDeploymentReady(t *testing.T) {
 	}{{"no ready replica", 0, false}, {"one ready replica", 1, true}} {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 		d.Status.ReadyReplicas = c.ready
-		skr := fake.NewClientBuilder().WithScheme(bundle.Scheme()).WithObjects(d).Build()
+		skr := fakecluster.New(t, bundle.Scheme(), fakecluster.WithObjects(d))
 		if ok, err := DeploymentReady(context.Background(), skr, key, nil); ok != c.want || err != nil {
 			t.Errorf("%s: ready %t, %v", c.name, ok, err)
 		}
 	}
-	skr := fake.NewClientBuilder().WithScheme(bundle.Scheme()).Build()
+	skr := fakecluster.New(t, bundle.Scheme())
 	if ok, err := DeploymentReady(context.Background(), skr, key, nil); ok || err != nil {
 		t.Errorf("no Deployment: ready %t, %v", ok, err)
 	}

@@ -92,6 +92,10 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
+// newManager is ctrl.NewManager; the tests build the manager over a fake
+// cluster with it.
+var newManager = ctrl.NewManager
+
 // New builds the manager with both reconcilers registered.
 func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.GatewayNamespace == "" {
@@ -113,7 +117,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	// mgr.GetAPIReader() (uncached), as runtimes.Reconciler does for
 	// kubeconfig Secrets nobody labelled and the trust keeper for CA Secrets.
 	ours := labels.SelectorFromSet(labels.Set{contract.LabelPartOf: contract.PartOf})
-	mgr, err := ctrl.NewManager(cfg, manager.Options{
+	mgr, err := newManager(cfg, manager.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,

@@ -10,28 +10,14 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-// A CA rotation changes ca.crt alone (old + new CA during the overlap): the
-// client picks it up without a restart, keeps delivering, and ignores a
-// broken file.
-func TestWatchCAReloadsABundleAndKeepsTrustOnGarbage(t *testing.T) {
+// A CA rotation changes ca.crt alone (old + new CA during the overlap):
+// Reload (called by the webhook's file watcher) rebuilds the client, which
+// keeps delivering; a broken file keeps the trust in use.
+func TestReloadTakesABundleAndKeepsTrustOnGarbage(t *testing.T) {
 	k := startKCP(t, kcpstub.Options{})
 	certs := &swappable{}
 	certs.set(t, k.client)
 	c, s := newSender(t, k, certs, time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.WatchCA(ctx, 10*time.Millisecond)
-
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	caPEM := func() string { c.mu.Lock(); defer c.mu.Unlock(); return string(c.caPEM) }
 
 	next, err := pki.NewCA("kcp-test-ca-2")
@@ -40,10 +26,15 @@ func TestWatchCAReloadsABundleAndKeepsTrustOnGarbage(t *testing.T) {
 	}
 	bundle := append(append([]byte{}, k.ca.PEM...), next.PEM...)
 	before := c.HTTP()
+	if err := c.Reload(); err != nil || c.HTTP() != before {
+		t.Fatalf("an unchanged CA file rebuilt the client (%v)", err)
+	}
 	if err := os.WriteFile(k.caFile, bundle, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the bundle to be loaded", func() bool { return caPEM() == string(bundle) })
+	if err := c.Reload(); err != nil || caPEM() != string(bundle) {
+		t.Fatalf("the bundle was not loaded: %v", err)
+	}
 	if c.HTTP() == before {
 		t.Fatal("ca.crt changed but the client was not rebuilt")
 	}
@@ -52,13 +43,20 @@ func TestWatchCAReloadsABundleAndKeepsTrustOnGarbage(t *testing.T) {
 	}
 
 	loaded := c.HTTP()
-	if err := os.WriteFile(k.caFile, []byte("garbage"), 0o600); err != nil {
+	leaf, err := next.Issue(pki.LeafOptions{CommonName: "not-a-ca"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The watcher sees the garbage on its next ticks and keeps the bundle.
-	time.Sleep(50 * time.Millisecond)
-	if c.HTTP() != loaded || caPEM() != string(bundle) {
-		t.Fatal("a garbage CA file replaced the trust in use")
+	for _, bad := range [][]byte{[]byte("garbage"), leaf.CertPEM} {
+		if err := os.WriteFile(k.caFile, bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Reload(); err == nil {
+			t.Fatalf("Reload accepted %q", bad)
+		}
+		if c.HTTP() != loaded || caPEM() != string(bundle) {
+			t.Fatal("a bad CA file replaced the trust in use")
+		}
 	}
 	if r := s.Send(context.Background(), "m", watch("after-garbage")); r.Outcome != Delivered {
 		t.Fatalf("delivery after garbage: %+v", r)

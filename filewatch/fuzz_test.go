@@ -1,18 +1,18 @@
-package cafile_test
+package filewatch_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
+	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-// FuzzParse: ext-authz's readiness rests on the --ca-file bundle Parse
-// accepts (issue 33: readiness's parser). Whatever the file holds, Parse
+// FuzzParseCABundle: ext-authz's readiness rests on the --ca-file bundle ParseCABundle
+// accepts (issue 33: readiness's parser). Whatever the file holds, ParseCABundle
 // does not panic, and a bundle it accepts holds only CA certificates, at
 // least one still usable at now, with NotAfter the earliest of them.
-func FuzzParse(f *testing.F) {
+func FuzzParseCABundle(f *testing.F) {
 	now := time.Now()
 	ca, err := pki.NewCA("fuzz CA")
 	if err != nil {
@@ -34,7 +34,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b, err := cafile.Parse(data, now)
+		b, err := filewatch.ParseCABundle(data, now)
 		if err != nil {
 			if b != nil {
 				t.Fatalf("an error (%v) with a bundle", err)
