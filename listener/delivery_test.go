@@ -412,3 +412,28 @@ func TestEnqueueKyma(t *testing.T) {
 		t.Fatalf("by name: %v", item)
 	}
 }
+
+// TestOwner: with WithOwner an event of a runtime another replica owns is
+// answered 503 with Retry-After (the gateway retries on another replica)
+// and never reaches Events(); the owner's events are delivered; heartbeats
+// are recorded wherever they land.
+func TestOwner(t *testing.T) {
+	s := start(t, listener.WithOwner(func(_ context.Context, runtimeID string) bool { return runtimeID == "runtime-ours" }))
+	for _, b := range []string{validBody, resyncBody} {
+		resp, _ := s.do(t, http.MethodPost, s.l.Path(), body(b), hdr(contract.HeaderRuntimeID, "runtime-theirs"))
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("%s of another replica's runtime: %d, Retry-After %q", b, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	noEvent(t, s.l.Events())
+	if got := metricValue(t, s.reg, listener.MetricNotOwnerRefused, nil); got != 2 {
+		t.Fatalf("not-owner refusals = %v, want 2", got)
+	}
+	if resp, _ := s.do(t, http.MethodPost, s.l.Path(), body(heartbeatBody), hdr(contract.HeaderRuntimeID, "runtime-theirs")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("heartbeat of another replica's runtime: %d", resp.StatusCode)
+	}
+	if resp, text := s.do(t, http.MethodPost, s.l.Path(), body(validBody), hdr(contract.HeaderRuntimeID, "runtime-ours")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("event of our runtime: %d %s", resp.StatusCode, text)
+	}
+	nextEvent(t, s.l.Events())
+}

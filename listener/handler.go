@@ -90,6 +90,11 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 		}
 	}
 
+	if l.cfg.owns != nil && !l.cfg.owns(r.Context(), runtimeID) {
+		w.Header().Set("Retry-After", l.retryAfter)
+		l.metrics.notOwner.Inc()
+		return plainError(w, http.StatusServiceUnavailable, "another replica owns this runtime, retry")
+	}
 	traceparent, linked, span := l.receiveSpan(r, runtimeID)
 	if span != nil {
 		defer span.End()

@@ -130,6 +130,7 @@ type config struct {
 	caFile         string
 	netListener    net.Listener
 	needLeader     bool
+	owns           func(ctx context.Context, runtimeID string) bool // WithOwner
 	log            *logr.Logger
 	registerer     prometheus.Registerer
 

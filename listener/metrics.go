@@ -30,6 +30,9 @@ const (
 	MetricLastSeenEvicted   = "runtime_watcher_listener_last_seen_evicted_total"
 	MetricConsumerRunning   = "runtime_watcher_listener_consumer_running"
 	MetricNoConsumerRefused = "runtime_watcher_listener_no_consumer_refused_total"
+	// MetricNotOwnerRefused counts events answered 503 because another
+	// replica owns their runtime (WithOwner).
+	MetricNotOwnerRefused = "runtime_watcher_listener_not_owner_refused_total"
 )
 
 // otherResync is the reason label value of MetricResyncs for a reason this
@@ -54,6 +57,7 @@ type metrics struct {
 	evicted         prometheus.Counter
 	consumerRunning prometheus.Gauge
 	noConsumer      prometheus.Counter
+	notOwner        prometheus.Counter
 
 	collectors []prometheus.Collector
 }
@@ -84,6 +88,9 @@ func newMetrics(managerName string, events chan event.GenericEvent) *metrics {
 		noConsumer: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricNoConsumerRefused, Help: "Events answered 503 because no consumer runs on this replica (not the leader).", ConstLabels: labels,
 		}),
+		notOwner: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricNotOwnerRefused, Help: "Events answered 503 because another replica owns their runtime (shards).", ConstLabels: labels,
+		}),
 	}
 	for _, r := range contract.ResyncReasons {
 		m.resyncs.WithLabelValues(string(r))
@@ -98,7 +105,7 @@ func newMetrics(managerName string, events chan event.GenericEvent) *metrics {
 	capacity := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: MetricBufferCapacity, Help: "Capacity of the listener's event buffer.", ConstLabels: labels,
 	}, func() float64 { return float64(cap(events)) })
-	m.collectors = []prometheus.Collector{m.requests, m.delivered, depth, capacity, m.resyncs, m.heartbeats, m.evicted, m.consumerRunning, m.noConsumer}
+	m.collectors = []prometheus.Collector{m.requests, m.delivered, depth, capacity, m.resyncs, m.heartbeats, m.evicted, m.consumerRunning, m.noConsumer, m.notOwner}
 	return m
 }
 

@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -121,6 +122,18 @@ func WithNetListener(ln net.Listener) Option {
 		c.netListener = ln
 		return nil
 	}
+}
+
+// WithOwner shares the runtimes among the replicas that consume (several
+// replicas, each owning some runtimes, e.g. module-sync with shards): an
+// event (a heartbeat excepted) of a runtime for which owns says false is
+// answered 503 with Retry-After and counted
+// (runtime_watcher_listener_not_owner_refused_total), so the sender — or
+// the gateway, which retries a 503 on another replica — reaches the
+// owner; a 2xx still means handed to the owner's consumer. owns runs
+// after the identity check, with the request's context.
+func WithOwner(owns func(ctx context.Context, runtimeID string) bool) Option {
+	return func(c *config) error { c.owns = owns; return nil }
 }
 
 // WithLeaderElection sets whether the consumer of the events runs only on

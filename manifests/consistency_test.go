@@ -59,8 +59,13 @@ func containerArgs(c corev1.Container) map[string]string {
 	GinkgoHelper()
 	env := map[string]string{}
 	for _, e := range c.Env {
-		if e.ValueFrom == nil {
+		switch {
+		case e.ValueFrom == nil:
 			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil:
+			// The kubelet fills it from the pod (the downward API) before it
+			// expands the arguments: a placeholder of the field.
+			env[e.Name] = "pod-" + strings.ReplaceAll(e.ValueFrom.FieldRef.FieldPath, ".", "-")
 		}
 	}
 	ref := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)

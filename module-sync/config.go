@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 )
 
@@ -40,6 +41,8 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.StringVar(&c.o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&c.o.LeaderElection, "leader-elect", false, "use leader election (the controllers run on one replica; the listener serves and is ready on every replica, one that does not lead answers events 503 with Retry-After)")
 	fs.StringVar(&c.o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&c.o.ShardIdentity, "shard-identity", "", "share the runtimes with the other replicas (docs/operations.md, Scaling): this replica's member name, unique (the pod's name); empty: one replica does all per-runtime work (with --leader-elect: the leader)")
+	fs.DurationVar(&c.o.ShardLeaseDuration, "shard-lease-duration", shards.DefaultLeaseDuration, "with --shard-identity: a member whose Lease did not change for this long is gone and its runtimes move (the renew deadline is 2/3 of it, the retry period 2/15)")
 	fs.StringVar(&c.o.KymaNamespace, "kyma-namespace", "kcp-system", "namespace of the Kyma CRs, their kubeconfig Secrets, ModuleConfigs, SyncResources and module-sync's Watchers")
 	fs.StringVar(&c.moduleResources, "module-resources", "", "the SKR resources that are Module CRs: module=group/version/resource[,…] (version * = preferred; the module name is required: it is never taken from a runtime; required)")
 	fs.StringVar(&c.o.ListenAddr, "listen-addr", ":8082", "address of the event endpoint (POST /v2/<manager>/event)")

@@ -149,7 +149,7 @@ func TestCRDs(t *testing.T) {
 	t.Run("the CRDs have the printer columns", func(t *testing.T) {
 		for crd, want := range map[string][]string{
 			"moduleconfigs.operator.kyma-project.io": {"Kyma", "Module", "State", "Age"},
-			"syncresources.operator.kyma-project.io": {"Kyma", "State", "Age"},
+			"syncresources.operator.kyma-project.io": {"Kyma", "State", "Replica", "Age"},
 		} {
 			got := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Get(ctx, client.ObjectKey{Name: crd}, got); err != nil {

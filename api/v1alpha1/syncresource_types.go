@@ -130,6 +130,11 @@ type SyncResourceStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Items []ItemStatus `json:"items,omitempty"`
+	// Replica is the module-sync replica (its --shard-identity, the pod's
+	// name) that wrote this status: the owner of the Kyma's runtime when
+	// it was written. Empty when module-sync does not shard.
+	// +optional
+	Replica string `json:"replica,omitempty"`
 }
 
 // AnnotationWrittenBy, on a SyncResource, names the KCP user who wrote its
@@ -148,6 +153,7 @@ const AnnotationWrittenBy = "operator.kyma-project.io/written-by"
 // +kubebuilder:resource:scope=Namespaced,shortName=sr
 // +kubebuilder:printcolumn:name="Kyma",type=string,JSONPath=".spec.kyma"
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=".status.state"
+// +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=".status.replica",priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type SyncResource struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +29,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -52,18 +55,56 @@ type Reconciler struct {
 	// runtime run at a time; PassTimeout bounds a pass.
 	Turns       *pacing.Turns
 	PassTimeout time.Duration
+	// Shards, when set, owns runtimes across replicas: a pass runs only on
+	// the runtime's owner (nil: one replica, every runtime).
+	Shards *shards.Shards
+	// requeue wakes a pass that waited for its runtime's turn, and the
+	// runtimes this replica gained.
+	requeue pacing.Requeue
 }
 
 // SetupWithManager registers the controller; events are the listener's.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.GenericEvent) error {
 	lookup := identity.NewKymaLookup(mgr.GetCache(), r.KymaNamespace)
+	opts := controller.Options{MaxConcurrentReconciles: r.Workers}
+	if r.Shards != nil {
+		// Every replica mirrors the runtimes it owns; gained ones are
+		// mirrored at once.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.Shards.OnChange(r.gained)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("mirror").
 		// Kyma created or deleted (and the runtime-id label changed): a pass.
 		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		WatchesRawSource(r.requeue.Source()).
+		WithOptions(opts).
 		Complete(r)
+}
+
+// gained enqueues the runtimes this replica gained and counts those it
+// owns (runtime_watcher_shard_owned_runtimes).
+func (r *Reconciler) gained(gained func(runtime string) bool) error {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every object, and its passes ask the owner
+	}
+	list := identity.NewKymaList()
+	if err := r.Client.List(context.Background(), list, client.InNamespace(r.KymaNamespace)); err != nil {
+		return err
+	}
+	owned := 0
+	for i := range list.Items {
+		key := types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}
+		if r.Shards.Owns(key.String()) {
+			owned++
+		}
+		if gained(key.String()) {
+			r.requeue.Add(reconcile.Request{NamespacedName: key})
+		}
+	}
+	r.Shards.SetOwned(owned)
+	return nil
 }
 
 // enqueueRuntime enqueues the Kyma of an event's runtime (listener.KymaOf:
@@ -103,6 +144,13 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	key := req.String()
+	ctx, done, ok := r.Shards.Begin(ctx, key)
+	if !ok {
+		// Another replica owns the runtime (its gain requeues it there).
+		syncmetrics.MirrorPasses.WithLabelValues("not-owner").Inc()
+		return reconcile.Result{}, nil
+	}
+	defer done()
 	kyma := identity.NewKyma()
 	err := r.Client.Get(ctx, req.NamespacedName, kyma)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -119,8 +167,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, nil
 	}
-	release, ok := r.Turns.Take(key)
+	release, ok := r.Turns.Take(key, "mirror "+key, r.requeue.Wake(req))
 	if !ok {
+		// Requeued when the pass that holds the turn ends (at the latest
+		// after pacing.Wait).
 		syncmetrics.MirrorPasses.WithLabelValues("runtime-busy").Inc()
 		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}

@@ -195,7 +195,7 @@ func TestReconcileGoneKyma(t *testing.T) {
 func TestReconcileFailures(t *testing.T) {
 	s := newSetup(t)
 
-	release, _ := s.r.Turns.Take(kymaA.String())
+	release, _ := s.r.Turns.Take(kymaA.String(), "test", func() {})
 	busy := passes("runtime-busy")
 	if res := s.reconcile(t); res.RequeueAfter != pacing.Wait || passes("runtime-busy")-busy != 1 {
 		t.Errorf("busy runtime: %+v, want requeued after pacing.Wait and counted", res)

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +33,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncitems"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 )
 
@@ -65,6 +67,12 @@ type Reconciler struct {
 	// being named in it (Options.PlatformWriters).
 	PlatformWriters []string
 	now             func() metav1.Time
+	// Shards, when set, owns runtimes across replicas: a SyncResource is
+	// applied only by its runtime's owner (nil: one replica, every runtime).
+	Shards *shards.Shards
+	// requeue wakes a pass that waited for its runtime's turn, and the
+	// SyncResources of runtimes this replica gained.
+	requeue pacing.Requeue
 }
 
 // SetupWithManager registers the controller and the index of SyncResources
@@ -72,6 +80,13 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexFields(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
+	}
+	opts := controller.Options{MaxConcurrentReconciles: r.Workers}
+	if r.Shards != nil {
+		// Every replica applies the SyncResources of the runtimes it owns;
+		// those of gained runtimes at once.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.Shards.OnChange(r.gained)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("syncresource").
@@ -81,8 +96,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(identity.NewKyma(), handler.EnqueueRequestsFromMapFunc(r.forKyma), builder.WithPredicates(kymaCreatedOrDeleted{}), builder.OnlyMetadata).
 		// A grant that changes: the SyncResources of its module.
 		Watches(&v1alpha1.ModuleGrant{}, handler.EnqueueRequestsFromMapFunc(r.forGrant)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		WatchesRawSource(r.requeue.Source()).
+		WithOptions(opts).
 		Complete(r)
+}
+
+// gained enqueues the SyncResources of the runtimes this replica gained.
+func (r *Reconciler) gained(gained func(runtime string) bool) error {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every object, and its passes ask the owner
+	}
+	list := &v1alpha1.SyncResourceList{}
+	if err := r.Client.List(context.Background(), list); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		sr := &list.Items[i]
+		if gained(sr.Namespace + "/" + sr.Spec.Kyma) {
+			r.requeue.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sr.Namespace, Name: sr.Name}})
+		}
+	}
+	return nil
 }
 
 // indexFields registers the indexes of SyncResources by Kyma and by module.
@@ -126,8 +160,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Backoff.Forget(key)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	release, ok := r.Turns.Take(sr.Namespace + "/" + sr.Spec.Kyma)
+	ctx, done, ok := r.Shards.Begin(ctx, sr.Namespace+"/"+sr.Spec.Kyma)
 	if !ok {
+		// Another replica owns the runtime (its gain requeues it there).
+		syncmetrics.SyncReconciles.WithLabelValues("not-owner").Inc()
+		return reconcile.Result{}, nil
+	}
+	defer done()
+	release, ok := r.Turns.Take(sr.Namespace+"/"+sr.Spec.Kyma, "syncresource "+key, r.requeue.Wake(req))
+	if !ok {
+		// Requeued when the pass that holds the turn ends (at the latest
+		// after pacing.Wait).
 		syncmetrics.SyncReconciles.WithLabelValues("runtime-busy").Inc()
 		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
@@ -369,7 +412,8 @@ func (r *Reconciler) finalize(ctx context.Context, key string, sr *v1alpha1.Sync
 func (r *Reconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource, items []v1alpha1.ItemStatus, state v1alpha1.State, cond metav1.Condition) error {
 	cond.ObservedGeneration = sr.Generation
 	old := meta.FindStatusCondition(sr.Status.Conditions, cond.Type)
-	if sr.Status.State == state && sr.Status.ObservedGeneration == sr.Generation && reflect.DeepEqual(sr.Status.Items, items) &&
+	replica := r.Shards.Identity()
+	if sr.Status.State == state && sr.Status.ObservedGeneration == sr.Generation && reflect.DeepEqual(sr.Status.Items, items) && sr.Status.Replica == replica &&
 		old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
 		return nil
 	}
@@ -381,6 +425,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, sr *v1alpha1.SyncResource,
 	sr.Status.Items = items
 	sr.Status.State = state
 	sr.Status.ObservedGeneration = sr.Generation
+	sr.Status.Replica = replica
 	meta.SetStatusCondition(&sr.Status.Conditions, cond)
 	sr.Status.LastOperation = &v1alpha1.LastOperation{Operation: fmt.Sprintf("%s: %s", cond.Reason, cond.Message), LastUpdateTime: now}
 	if err := r.Client.Status().Update(ctx, sr); err != nil {

@@ -424,7 +424,7 @@ func TestReconcileRetries(t *testing.T) {
 	if _, err := fresh.r.Reconcile(ctx, srKey); !errors.Is(err, fakecluster.ErrUnreachable) {
 		t.Errorf("grant unreadable: %v", err)
 	}
-	release, _ := fresh.r.Turns.Take(ns + "/kyma-a")
+	release, _ := fresh.r.Turns.Take(ns+"/kyma-a", "test", func() {})
 	defer release()
 	if res := fresh.reconcile(t); res.RequeueAfter != pacing.Wait {
 		t.Errorf("runtime busy: %+v", res)

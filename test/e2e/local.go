@@ -299,3 +299,26 @@ type localRuntime struct{ rt *localenv.Runtime }
 
 func (r localRuntime) ID() string         { return r.rt.ID }
 func (r localRuntime) SKR() client.Client { return r.rt.SKR.Client }
+
+// ShardsEnvironment can replace module-sync by replicas that share the
+// runtimes (--shard-identity); the local environment can.
+type ShardsEnvironment interface {
+	// ShardModuleSync replaces module-sync by n replicas with Leases of
+	// lease (localenv.System.ShardModuleSync); Restore puts it back.
+	ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.ModuleSyncShards, error)
+	// SetSampleGreeting edits the demo Module CR and returns when.
+	SetSampleGreeting(ctx context.Context, greeting string, replicas int64) (time.Time, error)
+	// WatchModuleLoop reports every greeting the ModuleConfig and the
+	// synced ConfigMap in the SKR take.
+	WatchModuleLoop(ctx context.Context) (<-chan localenv.Observation, error)
+}
+
+func (e *localEnvironment) ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.ModuleSyncShards, error) {
+	return e.sys.ShardModuleSync(ctx, n, lease)
+}
+func (e *localEnvironment) SetSampleGreeting(ctx context.Context, greeting string, replicas int64) (time.Time, error) {
+	return e.sys.SetSampleGreeting(ctx, greeting, replicas)
+}
+func (e *localEnvironment) WatchModuleLoop(ctx context.Context) (<-chan localenv.Observation, error) {
+	return e.sys.WatchModuleLoop(ctx)
+}

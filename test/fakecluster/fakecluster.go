@@ -118,7 +118,6 @@ type config struct {
 	objs     []client.Object
 	kinds    map[schema.GroupVersionKind]bool
 	status   []client.Object
-	indexes  []index
 	indexers []func(context.Context, client.FieldIndexer) error
 }
 
@@ -154,15 +153,9 @@ func WithStatus(objs ...client.Object) Option {
 	return func(c *config) { c.status = append(c.status, objs...) }
 }
 
-// WithIndex registers a field index, as a controller-runtime cache has it
-// (client.MatchingFields on lists of obj's kind).
-func WithIndex(obj client.Object, field string, fn client.IndexerFunc) Option {
-	return func(c *config) { c.indexes = append(c.indexes, index{obj, field, fn}) }
-}
-
 // WithIndexer registers the field indexes register registers (the
 // product's own index functions, e.g. identity.IndexRuntimeID), as a
-// controller-runtime cache has them.
+// controller-runtime cache has them (client.MatchingFields on lists).
 func WithIndexer(register func(context.Context, client.FieldIndexer) error) Option {
 	return func(c *config) { c.indexers = append(c.indexers, register) }
 }
@@ -234,7 +227,7 @@ func New(tb testing.TB, scheme *runtime.Scheme, opts ...Option) *Cluster {
 	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithTypeConverters(typeConverters()...).WithReturnManagedFields().
 		WithStatusSubresource(withStatus(scheme)...).WithStatusSubresource(cfg.status...).
 		WithObjects(cfg.objs...).WithInterceptorFuncs(c.interceptor())
-	for _, ix := range append(cfg.indexes, rec.indexes...) {
+	for _, ix := range rec.indexes {
 		b = b.WithIndex(ix.obj, ix.field, ix.fn)
 	}
 	c.WithWatch = b.Build()

@@ -144,6 +144,13 @@ type System struct {
 	service       *roundRobin
 
 	// takeover.go: vs-controller's process and how to start it again.
+	// module-sync: its process (nil while ShardModuleSync replaced it),
+	// binary, flags but addresses, and addresses.
+	moduleSync                    *process
+	msBinary                      string
+	msArgs                        []string
+	msListen, msHealth, msMetrics string
+
 	vsMu     sync.Mutex
 	vs       *process
 	vsBinary string

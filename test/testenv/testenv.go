@@ -125,6 +125,9 @@ type Cluster struct {
 	Config         *rest.Config
 	Client         client.Client
 	KubeconfigPath string
+	// AuditLogPath is the API server's audit log (JSON lines) when started
+	// by StartAudited; "" otherwise.
+	AuditLogPath string
 
 	env *envtest.Environment
 	dir string
@@ -155,9 +158,30 @@ func Start(names ...string) (*Env, error) {
 	return e, nil
 }
 
+// StartAudited is Start with every API server writing an audit log
+// (Cluster.AuditLogPath) under policy (an audit.k8s.io/v1 Policy): tests
+// that check what happened from the API server's own record.
+func StartAudited(policy []byte, names ...string) (*Env, error) {
+	dir, err := os.MkdirTemp("", "runtime-watcher-env-")
+	if err != nil {
+		return nil, err
+	}
+	e, err := startInDir(dir, policy, names...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	e.ownDir = true
+	return e, nil
+}
+
 // StartInDir starts one API server per name and writes <dir>/<name>.kubeconfig
 // for each.
 func StartInDir(dir string, names ...string) (*Env, error) {
+	return startInDir(dir, nil, names...)
+}
+
+func startInDir(dir string, audit []byte, names ...string) (*Env, error) {
 	if len(names) == 0 {
 		return nil, errors.New("testenv: no cluster names given")
 	}
@@ -174,7 +198,7 @@ func StartInDir(dir string, names ...string) (*Env, error) {
 			_ = e.Stop()
 			return nil, fmt.Errorf("testenv: cluster %q named twice", name)
 		}
-		c, err := startCluster(name, assets, dir)
+		c, err := startCluster(name, assets, dir, audit)
 		if err != nil {
 			_ = e.Stop()
 			return nil, fmt.Errorf("testenv: start cluster %q: %w", name, err)
@@ -185,12 +209,25 @@ func StartInDir(dir string, names ...string) (*Env, error) {
 	return e, nil
 }
 
-func startCluster(name, assets, dir string) (*Cluster, error) {
+func startCluster(name, assets, dir string, audit []byte) (*Cluster, error) {
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     CRDDirs(),
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
+	}
+	var auditLog string
+	if audit != nil {
+		policy := filepath.Join(dir, name+"-audit-policy.yaml")
+		if err := os.WriteFile(policy, audit, 0o600); err != nil {
+			return nil, err
+		}
+		auditLog = filepath.Join(dir, name+"-audit.log")
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-policy-file", policy)
+		args.Set("audit-log-path", auditLog)
+		args.Set("audit-log-format", "json")
+		args.Set("audit-log-mode", "blocking")
 	}
 	if IsSKR(name) {
 		skr, err := SKRAssetsDir()
@@ -223,7 +260,7 @@ func startCluster(name, assets, dir string) (*Cluster, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	return &Cluster{Name: name, Config: cfg, Client: c, KubeconfigPath: path, env: env, dir: dir}, nil
+	return &Cluster{Name: name, Config: cfg, Client: c, KubeconfigPath: path, AuditLogPath: auditLog, env: env, dir: dir}, nil
 }
 
 // Kubeconfig is the cluster's admin kubeconfig (the file at KubeconfigPath),

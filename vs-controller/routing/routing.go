@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	istioapiv1 "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -306,8 +308,25 @@ func (r *Reconciler) desired(ctx context.Context, w *v1beta2.Watcher) (*istionet
 				Port: &istioapiv1.PortSelector{Number: uint32(si.Port)},
 			},
 		}},
+		Retries: eventRetries(),
 	}}
 	return vs, "", nil
+}
+
+// eventRetries: the gateway retries an event at once on another replica
+// of the operator (Istio's retry host predicate previous_hosts) when a
+// replica answered 503 — it is not the leader, or with shards (module-sync
+// --shard-identity) not the runtime's owner — or could not be reached. A
+// 503 means "not delivered" (§3.8), so a retry never delivers twice.
+// Without it the webhook retries after Retry-After (1 s) and, the gateway
+// balancing at random, reaches the owner of a 3-replica Deployment on the
+// first try one time in three.
+func eventRetries() *istioapiv1.HTTPRetry {
+	return &istioapiv1.HTTPRetry{
+		Attempts: 4,
+		RetryOn:  "connect-failure,refused-stream,503",
+		Backoff:  durationpb.New(5 * time.Millisecond),
+	}
 }
 
 // fail records a failure in the status (and an Event when the status

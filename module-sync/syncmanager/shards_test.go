@@ -1,0 +1,506 @@
+package syncmanager
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
+	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+)
+
+// shardsAudit records, in the KCP's audit log, every write of a shard
+// member's Lease with the Lease itself, and every write of a SyncResource.
+const shardsAudit = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch"]
+  namespaces: ["kcp-system"]
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources: [{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}]
+- level: None
+`
+
+const (
+	shardsNS       = "kcp-system"
+	shardsRuntimes = 24
+	shardsLease    = 3 * time.Second
+	shardsWriter   = "system:serviceaccount:kcp-system:shards-manager"
+)
+
+// fleet is module-sync's runtimes on real KCP and SKR API servers (the KCP
+// audited with shardsAudit): n runtimes, each a Kyma, its kubeconfig
+// Secret (all pointing at the one SKR) and a SyncResource with one
+// ConfigMap; module-sync processes are started and stopped on it.
+type fleet struct {
+	tb       testing.TB
+	ctx      context.Context
+	g        *gomega.WithT
+	kcp, skr *testenv.Cluster
+	ids      []string
+	bin      string
+	logs     string
+	replicas map[string]*exec.Cmd
+}
+
+func newFleet(tb testing.TB, n int) *fleet {
+	tb.Helper()
+	env, err := testenv.StartAudited([]byte(shardsAudit), "kcp", "skr")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = env.Stop() })
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	f := &fleet{tb: tb, ctx: ctx, g: gomega.NewWithT(tb), kcp: env.Cluster("kcp"), skr: env.Cluster("skr"), logs: tb.TempDir(), replicas: map[string]*exec.Cmd{}}
+	for _, ns := range []struct {
+		c    client.Client
+		name string
+	}{{f.kcp.Client, shardsNS}, {f.skr.Client, "shards"}} {
+		if err := ns.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name}}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := f.kcp.Client.Create(ctx, &v1alpha1.ModuleGrant{ObjectMeta: metav1.ObjectMeta{Name: "shards", Namespace: shardsNS},
+		Spec: v1alpha1.ModuleGrantSpec{Managers: []string{shardsWriter}, Kinds: []v1alpha1.GrantedKind{{Kind: "ConfigMap"}}, Namespaces: []string{"shards"}}}); err != nil {
+		tb.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(f.skr.KubeconfigPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.ids = make([]string, n)
+	for i := range f.ids {
+		id := fmt.Sprintf("runtime-%05d", i)
+		f.ids[i] = id
+		if err := f.kcp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: shardsNS,
+			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
+			Data: map[string][]byte{skrclient.SecretKey: kubeconfig}}); err != nil {
+			tb.Fatal(err)
+		}
+		kyma := &unstructured.Unstructured{}
+		kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
+		kyma.SetNamespace(shardsNS)
+		kyma.SetName(id)
+		kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
+		if err := f.kcp.Client.Create(ctx, kyma); err != nil {
+			tb.Fatal(err)
+		}
+		sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: shardsNS,
+			Annotations: map[string]string{v1alpha1.AnnotationWrittenBy: shardsWriter}},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "shards", Items: []v1alpha1.SyncItem{configMapItem(id, "v1")}}}
+		if err := f.kcp.Client.Create(ctx, sr); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if f.bin, err = testenv.BuildBinary("module-sync"); err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// start starts a module-sync process: with --shard-identity id unless id
+// is "" (one process, no shards), with extra flags.
+func (f *fleet) start(id string, extra ...string) *exec.Cmd {
+	f.tb.Helper()
+	args := []string{"--kubeconfig", f.kcp.KubeconfigPath, "--leader-elect", "--kyma-namespace", shardsNS,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", testenv.FreeAddr(), "--listen-addr", testenv.FreeAddr(),
+		"--module-resources", "sample=sample.kyma-project.io/v1alpha1/samples",
+		"--mirror-interval", "1h", "--drift-interval", "1h"}
+	name := "module-sync"
+	if id != "" {
+		args = append(args, "--shard-identity", id, "--shard-lease-duration", shardsLease.String())
+		name = id
+	}
+	cmd := exec.Command(f.bin, append(args, extra...)...)
+	out, err := os.Create(filepath.Join(f.logs, name+".log"))
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		f.tb.Fatal(err)
+	}
+	f.replicas[name] = cmd
+	f.tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if f.tb.Failed() {
+			b, _ := os.ReadFile(out.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			f.tb.Logf("%s (end):\n%s", out.Name(), b)
+		}
+	})
+	return cmd
+}
+
+func (f *fleet) stop(id string, sig syscall.Signal) {
+	f.tb.Helper()
+	if err := f.replicas[id].Process.Signal(sig); err != nil {
+		f.tb.Fatal(err)
+	}
+	_ = f.replicas[id].Wait()
+	delete(f.replicas, id)
+}
+
+// converge waits until every SyncResource is applied at its generation and
+// its ConfigMap in the SKR holds value, at most within.
+func (f *fleet) converge(step, value string, within time.Duration) time.Duration {
+	f.tb.Helper()
+	began := time.Now()
+	f.g.Eventually(func() string {
+		list := &v1alpha1.SyncResourceList{}
+		if err := f.kcp.Client.List(f.ctx, list, client.InNamespace(shardsNS)); err != nil {
+			return err.Error()
+		}
+		cms := &corev1.ConfigMapList{}
+		if err := f.skr.Client.List(f.ctx, cms, client.InNamespace("shards")); err != nil {
+			return err.Error()
+		}
+		held := map[string]string{}
+		for _, cm := range cms.Items {
+			held[cm.Name] = cm.Data["v"]
+		}
+		behind, first := 0, ""
+		for _, sr := range list.Items {
+			if sr.Status.ObservedGeneration != sr.Generation || sr.Status.State != v1alpha1.StateReady || held[sr.Name] != value {
+				behind++
+				if first == "" {
+					first = sr.Name
+				}
+			}
+		}
+		if behind == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d behind, e.g. %s", behind, first)
+	}).WithTimeout(within).WithPolling(100*time.Millisecond).Should(gomega.BeEmpty(), step)
+	return time.Since(began)
+}
+
+// bump changes every SyncResource's ConfigMap to value.
+func (f *fleet) bump(value string) {
+	f.tb.Helper()
+	for _, id := range f.ids {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sr := &v1alpha1.SyncResource{}
+			if err := f.kcp.Client.Get(f.ctx, client.ObjectKey{Namespace: shardsNS, Name: id}, sr); err != nil {
+				return err
+			}
+			sr.Spec.Items = []v1alpha1.SyncItem{configMapItem(id, value)}
+			return f.kcp.Client.Update(f.ctx, sr)
+		}); err != nil {
+			f.tb.Error(err) // Error, not Fatal: the churn calls it from its own goroutine
+			return
+		}
+	}
+}
+
+// TestShards runs module-sync as a 3-replica Deployment with
+// --shard-identity does, against real KCP and SKR API servers, with 24
+// runtimes of one SyncResource each, and changes membership: a replica is
+// SIGKILLed, one is added, one stops (SIGTERM), the killed one comes back
+// (a new pod, a new identity). After each change every SyncResource is
+// changed and must converge (status and the object in the SKR) within 30 s.
+// Then, from the KCP API server's audit log alone (Lease writes with their
+// published views, SyncResource writes with the replica in the user
+// agent): every write of a runtime's SyncResource was made by a replica
+// whose live Lease claimed that runtime; when a runtime's writer changed,
+// the previous one had published a view without it (or released or let
+// expire its Lease) after its last write and before the new writer's first
+// (never two writers); a runtime never went back to a replica that had
+// handed it on within one Lease period, and no runtime changed writer more
+// often than membership changed (no flapping).
+func TestShards(t *testing.T) {
+	testenv.SkipIfShort(t)
+	f := newFleet(t, shardsRuntimes)
+	ctx, g, kcp := f.ctx, f.g, f.kcp
+	start := func(id string) { f.start(id) }
+	stop := f.stop
+	converge := func(step, value string) time.Duration { return f.converge(step, value, 30*time.Second) }
+	bump := f.bump
+
+	for _, id := range []string{"ms-1-a", "ms-2-a", "ms-3-a"} {
+		start(id)
+	}
+	t.Logf("3 replicas: converged in %s", converge("3 replicas started", "v1"))
+	bump("v2")
+	t.Logf("3 replicas, a change: converged in %s", converge("a change with 3 replicas", "v2"))
+
+	// From here on every SyncResource changes every 250 ms while the
+	// membership changes: a replica that wrote a runtime it had handed on,
+	// or began before the previous owner ended, leaves interleaved writes
+	// in the audit log.
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	churned := make(chan int)
+	go func() {
+		n := 0
+		for churnCtx.Err() == nil {
+			n++
+			bump(fmt.Sprintf("c%d", n))
+			select {
+			case <-churnCtx.Done():
+			case <-time.After(250 * time.Millisecond): // pacing of the changes, not a wait for a result
+			}
+		}
+		churned <- n
+	}()
+	// views: every live member publishes the view want.
+	views := func(step string, want ...string) time.Duration {
+		t.Helper()
+		began := time.Now()
+		slices.Sort(want)
+		g.Eventually(func() []string {
+			leases := &coordinationv1.LeaseList{}
+			if err := kcp.Client.List(ctx, leases, client.InNamespace(shardsNS), client.MatchingLabels{shards.LabelGroup: ShardGroup}); err != nil {
+				return []string{err.Error()}
+			}
+			var wrong []string
+			for _, l := range leases.Items {
+				h := ptrString(l.Spec.HolderIdentity)
+				if h == "" || !slices.Contains(want, h) {
+					continue // released, or gone (its Lease expires)
+				}
+				if v := l.Annotations[shards.AnnotationView]; v != strings.Join(want, ",") {
+					wrong = append(wrong, h+": "+v)
+				}
+			}
+			return wrong
+		}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(gomega.BeEmpty(), step)
+		return time.Since(began)
+	}
+	stop("ms-2-a", syscall.SIGKILL)
+	t.Logf("ms-2-a SIGKILLed: the others' view without it after %s (Lease %s)", views("after SIGKILL of ms-2-a", "ms-1-a", "ms-3-a"), shardsLease)
+	start("ms-4-a")
+	t.Logf("ms-4-a added: every view holds it after %s", views("after ms-4-a joined", "ms-1-a", "ms-3-a", "ms-4-a"))
+	stop("ms-1-a", syscall.SIGTERM)
+	t.Logf("ms-1-a stopped (SIGTERM, released): the others' view without it after %s", views("after ms-1-a stopped", "ms-3-a", "ms-4-a"))
+	start("ms-2-b")
+	t.Logf("ms-2-b (the killed replica's new pod) added: every view holds it after %s", views("after ms-2-b joined", "ms-2-b", "ms-3-a", "ms-4-a"))
+	stopChurn()
+	t.Logf("%d changes of every SyncResource during the membership changes", <-churned)
+	bump("v3")
+	t.Logf("after the membership changes: converged in %s", converge("after the membership changes", "v3"))
+
+	// kubectl get leases -l shards.operator.kyma-project.io/group=module-sync
+	leases := &coordinationv1.LeaseList{}
+	if err := kcp.Client.List(ctx, leases, client.InNamespace(shardsNS), client.MatchingLabels{shards.LabelGroup: ShardGroup}); err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, l := range leases.Items {
+		if h := ptrString(l.Spec.HolderIdentity); h != "" && time.Since(l.Spec.RenewTime.Time) < shardsLease {
+			live = append(live, h)
+		}
+	}
+	slices.Sort(live)
+	if want := []string{"ms-2-b", "ms-3-a", "ms-4-a"}; !slices.Equal(live, want) {
+		t.Errorf("live member Leases %v, want %v", live, want)
+	}
+
+	// Each SyncResource's status names its runtime's owner.
+	list := &v1alpha1.SyncResourceList{}
+	if err := kcp.Client.List(ctx, list, client.InNamespace(shardsNS)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sr := range list.Items {
+		if want := shards.Owner(shardsNS+"/"+sr.Spec.Kyma, live); sr.Status.Replica != want {
+			t.Errorf("SyncResource %s: status.replica %q, its runtime's owner is %s", sr.Name, sr.Status.Replica, want)
+		}
+	}
+
+	// Membership changes: the second and third replica joining at the
+	// start, then kill, add, stop, add.
+	checkShardAudit(t, kcp.AuditLogPath, 6)
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func configMapItem(id, value string) v1alpha1.SyncItem {
+	raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": id, "namespace": "shards"}, "data": map[string]any{"v": value}})
+	return v1alpha1.SyncItem{Name: "cm", Strategy: v1alpha1.CreateAndSync, Resource: k8sruntime.RawExtension{Raw: raw}}
+}
+
+type auditEvent struct {
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	Stage     string `json:"stage"`
+	ObjectRef struct {
+		Resource, Namespace, Name, Subresource string
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestReceived metav1.MicroTime `json:"requestReceivedTimestamp"`
+	StageTimestamp  metav1.MicroTime `json:"stageTimestamp"`
+	RequestObject   json.RawMessage  `json:"requestObject"`
+}
+
+// publication is a member's Lease write: who, when it was stored, the view
+// it published, whether it was a release.
+type publication struct {
+	at       time.Time
+	member   string
+	view     []string
+	released bool
+}
+
+type write struct {
+	at     time.Time
+	member string
+}
+
+// checkShardAudit checks the invariants of ARCHITECTURE.md §3.13 from the
+// audit log (see TestShards).
+func checkShardAudit(t *testing.T, path string, membershipChanges int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var pubs []publication
+	writes := map[string][]write{} // runtime (SyncResource name) -> writes
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("audit line: %v", err)
+		}
+		if e.Stage != "ResponseComplete" || e.ResponseStatus.Code/100 != 2 {
+			continue
+		}
+		switch {
+		case e.ObjectRef.Resource == "leases" && strings.HasPrefix(e.ObjectRef.Name, ShardGroup+"-shard-"):
+			var l coordinationv1.Lease
+			if err := json.Unmarshal(e.RequestObject, &l); err != nil {
+				t.Fatalf("Lease in the audit log: %v", err)
+			}
+			member := strings.TrimPrefix(l.Name, ShardGroup+"-shard-")
+			p := publication{at: e.StageTimestamp.Time, member: member, released: ptrString(l.Spec.HolderIdentity) == ""}
+			if v := l.Annotations[shards.AnnotationView]; v != "" {
+				p.view = strings.Split(v, ",")
+			}
+			pubs = append(pubs, p)
+		case e.ObjectRef.Resource == "syncresources" && strings.Contains(e.UserAgent, " shard/"):
+			member := e.UserAgent[strings.Index(e.UserAgent, " shard/")+len(" shard/"):]
+			writes[e.ObjectRef.Name] = append(writes[e.ObjectRef.Name], write{at: e.RequestReceived.Time, member: member})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pubs) == 0 || len(writes) != shardsRuntimes {
+		t.Fatalf("audit log holds %d member Lease writes and writes of %d runtimes, want writes of %d", len(pubs), len(writes), shardsRuntimes)
+	}
+	sort.Slice(pubs, func(i, j int) bool { return pubs[i].at.Before(pubs[j].at) })
+	// claimAt: the view member's live Lease published last before at.
+	claimAt := func(member string, at time.Time) (view []string, live bool) {
+		var last *publication
+		for i := range pubs {
+			if pubs[i].at.After(at) {
+				break
+			}
+			if pubs[i].member == member {
+				last = &pubs[i]
+			}
+		}
+		if last == nil || last.released || at.Sub(last.at) >= shardsLease {
+			return nil, false
+		}
+		return last.view, true
+	}
+	total, moves := 0, 0
+	for runtime, ws := range writes {
+		sort.Slice(ws, func(i, j int) bool { return ws[i].at.Before(ws[j].at) })
+		handedOn := map[string]time.Time{} // member -> when it last wrote before another did
+		for i, w := range ws {
+			total++
+			view, live := claimAt(w.member, w.at)
+			if !live || shards.Owner(shardsNS+"/"+runtime, view) != w.member {
+				t.Errorf("%s written by %s at %s while its Lease did not claim it (live %v, view %v)", runtime, w.member, w.at.Format(time.StampMicro), live, view)
+			}
+			if i == 0 || ws[i-1].member == w.member {
+				continue
+			}
+			moves++
+			prev := ws[i-1]
+			if !released(pubs, prev.member, shardsNS+"/"+runtime, prev.at, w.at) {
+				t.Errorf("%s written by %s at %s before %s (last write at %s) released it or its Lease expired: two writers",
+					runtime, w.member, w.at.Format(time.StampMicro), prev.member, prev.at.Format(time.StampMicro))
+			}
+			handedOn[ws[i-1].member] = ws[i-1].at
+			if at, ok := handedOn[w.member]; ok && w.at.Sub(at) < shardsLease {
+				t.Errorf("%s went back to %s %s after it handed it on: two writers in one Lease period", runtime, w.member, w.at.Sub(at))
+			}
+		}
+		if n := countMoves(ws); n > membershipChanges {
+			t.Errorf("%s changed writer %d times over %d membership changes (flapping)", runtime, n, membershipChanges)
+		}
+	}
+	t.Logf("audit log: %d member Lease writes, %d SyncResource writes of %d runtimes, %d writer changes; every write under its writer's live claim", len(pubs), total, len(writes), moves)
+}
+
+// released: between from and to, member published a view in which it does
+// not own runtime (or released its Lease), or its Lease expired (its last
+// write before to is at least one Lease period old).
+func released(pubs []publication, member, runtime string, from, to time.Time) bool {
+	var last *publication
+	for i := range pubs {
+		p := &pubs[i]
+		if p.member != member || p.at.After(to) {
+			continue
+		}
+		last = p
+		if p.at.After(from) && (p.released || shards.Owner(runtime, p.view) != member) {
+			return true
+		}
+	}
+	return last == nil || to.Sub(last.at) >= shardsLease
+}
+
+func countMoves(ws []write) int {
+	n := 0
+	for i := 1; i < len(ws); i++ {
+		if ws[i].member != ws[i-1].member {
+			n++
+		}
+	}
+	return n
+}

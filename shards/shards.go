@@ -1,0 +1,555 @@
+// Package shards shares per-runtime work across the replicas of one
+// component (ARCHITECTURE.md §3.13, issue 36) over Kubernetes' own
+// coordination: each replica is a member with a Lease
+// (coordination.k8s.io/v1, client-go), and runtimes go to the live members
+// by rendezvous hashing (highest xxhash64 of member and runtime), so a
+// change of membership moves only the share it must.
+//
+// Not multicluster-runtime's sharded coordinator (v0.24.1, evaluated for
+// issue 36): it renews one fencing Lease per cluster every 10 s (25,000
+// runtimes: 2,500 KCP writes/s), engages a cluster.Cluster (a cache) per
+// cluster where our work items all live in the KCP's one cache, reads the
+// wall clock directly, and does not end a pass in flight when a fence is
+// lost; and its HRW sharder (FNV-1a of cluster|peer, no mixing) is not
+// uniform: members a, b, c get 50/25/25 % of 25,000 runtimes.
+//
+// Fencing without a Lease per runtime (which would cost one KCP write per
+// runtime per renewal): every member publishes in its own Lease the
+// membership view it works under (annotation View). A member works on a
+// runtime only when
+//
+//   - it owns the runtime under the view it adopted,
+//   - it published that view and listed the members' Leases (a quorum read)
+//     after that write, and
+//   - no other live member's published view gives that member the runtime.
+//
+// A member that adopts a view in which it loses runtimes first ends every
+// pass it began under the old view (their contexts are cancelled and it
+// waits for them), and only then publishes the new view. Writes and quorum
+// reads of etcd are linearizable, so of two members that both claim a
+// runtime, the one that published last sees the other's claim and waits:
+// never two writers for one runtime. A member that cannot renew its Lease
+// stops all work RenewDeadline after the start of its last successful
+// renewal; the others treat its Lease as expired LeaseDuration after they
+// last saw it change (their own clocks, as client-go's leader election),
+// so its runtimes move only after it stopped. A member that stops cleanly
+// releases its Lease (empty holder) and its runtimes move at the others'
+// next tick.
+//
+// A nil *Shards is a single replica: it owns every runtime (exactly the
+// behaviour without sharding).
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// Labels and annotation of the member Leases.
+const (
+	// LabelGroup names the component the member belongs to; its value is
+	// Options.Group. `kubectl get leases -l shards.operator.kyma-project.io/group`
+	// lists the members.
+	LabelGroup = "shards.operator.kyma-project.io/group"
+	// AnnotationView is the view the member works under: the members'
+	// identities, comma-separated and sorted.
+	AnnotationView = "shards.operator.kyma-project.io/view"
+)
+
+// Defaults of Options (client-go leader election's).
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// Options configure New.
+type Options struct {
+	// Leases is the client of the KCP's Leases (client-go).
+	Leases coordinationclient.LeasesGetter
+	// Namespace of the member Leases; Group names the component (the Lease
+	// of a member is <Group>-shard-<Identity>).
+	Namespace, Group string
+	// Identity of this member (the pod's name); unique among the members.
+	Identity string
+	// LeaseDuration: a member whose Lease did not change for this long is
+	// gone. RenewDeadline: a member that could not renew for this long
+	// stops all work. RetryPeriod: how often a member renews and lists.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Clock: the real clock when nil (tests pass a fake one).
+	Clock clock.WithTicker
+	Log   logr.Logger
+}
+
+// Shards is one member.
+type Shards struct {
+	o     Options
+	m     *Metrics
+	lease string // name of our Lease
+
+	mu sync.RWMutex
+	// adopted is the view we work under (sorted identities, ours included);
+	// confirmed the view we published and listed after; we begin passes
+	// only for runtimes we own under both.
+	adopted, confirmed []string
+	// others: the live members but us, each with the view it published
+	// (as of our last list after our last publish).
+	others map[string][]string
+	// fenced: our Lease is past RenewDeadline without a renewal.
+	fenced bool
+	epoch  *epoch
+
+	// Used by the loop only.
+	lastRenew time.Time              // start of the last successful renewal
+	ours      *coordinationv1.Lease  // as last written
+	seen      map[string]observation // other Leases by name
+	onChange  []func(gained func(runtime string) bool) error
+	notified  *snapshot           // what the last complete notify saw
+	renotify  bool                // a notify failed: again at the next round
+	published func(view []string) // test hook: after each renewal
+}
+
+// epoch is the passes begun under one adopted view.
+type epoch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	passes sync.WaitGroup
+}
+
+type observation struct {
+	resourceVersion string
+	at              time.Time
+}
+
+// New returns a member; Start runs it.
+func New(o Options) (*Shards, error) {
+	if o.Leases == nil || o.Namespace == "" || o.Group == "" || o.Identity == "" {
+		return nil, errors.New("shards: Leases, Namespace, Group and Identity are required")
+	}
+	if errs := validation.IsDNS1123Subdomain(o.Group + "-shard-" + o.Identity); len(errs) > 0 {
+		return nil, fmt.Errorf("shards: identity %q does not make a Lease name: %s", o.Identity, strings.Join(errs, "; "))
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewDeadline <= 0 {
+		o.RenewDeadline = DefaultRenewDeadline
+	}
+	if o.RetryPeriod <= 0 {
+		o.RetryPeriod = DefaultRetryPeriod
+	}
+	if o.RenewDeadline >= o.LeaseDuration || o.RetryPeriod >= o.RenewDeadline {
+		return nil, errors.New("shards: want RetryPeriod < RenewDeadline < LeaseDuration")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	s := &Shards{
+		o: o, m: NewMetrics(o.Group, o.Identity), lease: o.Group + "-shard-" + o.Identity,
+		others: map[string][]string{}, seen: map[string]observation{},
+		fenced: true, // until the first renewal
+	}
+	s.adopted = []string{o.Identity}
+	s.epoch = newEpoch()
+	return s, nil
+}
+
+func newEpoch() *epoch {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &epoch{ctx: ctx, cancel: cancel}
+}
+
+// Identity of this member; "" for a single replica.
+func (s *Shards) Identity() string {
+	if s == nil {
+		return ""
+	}
+	return s.o.Identity
+}
+
+// OnChange registers f, called (from the member's loop) whenever this
+// member may have gained runtimes, with gained: true for a runtime it
+// owns now and did not own at the previous call. The controllers requeue
+// the work of the runtimes gained; when one returns an error, every f is
+// called again at the next round with what was gained since the last call
+// that succeeded. Register before Start.
+func (s *Shards) OnChange(f func(gained func(runtime string) bool) error) {
+	if s != nil {
+		s.onChange = append(s.onChange, f)
+	}
+}
+
+// owner is runtime's owner under view: the member with the highest hash
+// of member and runtime (rendezvous); "" for an empty view.
+func (s *Shards) owner(runtime string, view []string) string {
+	return Owner(runtime, view)
+}
+
+// Owner is runtime's owner among members (rendezvous hashing); "" when
+// there are none.
+func Owner(runtime string, members []string) string {
+	var best string
+	var bestScore uint64
+	for _, m := range members {
+		d := xxhash.New()
+		_, _ = d.WriteString(m)
+		_, _ = d.Write([]byte{0})
+		_, _ = d.WriteString(runtime)
+		if score := d.Sum64(); best == "" || score > bestScore || (score == bestScore && m > best) {
+			best, bestScore = m, score
+		}
+	}
+	return best
+}
+
+// OwnerOf is runtime's owner as this member sees it (its adopted view);
+// "" for a single replica.
+func (s *Shards) OwnerOf(runtime string) string {
+	if s == nil {
+		return ""
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.owner(runtime, s.adopted)
+}
+
+// Owns says whether a pass over runtime may begin here now.
+func (s *Shards) Owns(runtime string) bool {
+	if s == nil {
+		return true
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ownsLocked(runtime)
+}
+
+func (s *Shards) ownsLocked(runtime string) bool {
+	return s.snapshotLocked().owns(runtime)
+}
+
+// snapshot is what decides ownership at one moment.
+type snapshot struct {
+	self               string
+	fenced             bool
+	adopted, confirmed []string
+	others             map[string][]string
+}
+
+func (s *Shards) snapshotLocked() snapshot {
+	return snapshot{self: s.o.Identity, fenced: s.fenced, adopted: s.adopted, confirmed: s.confirmed, others: s.others}
+}
+
+func (v snapshot) owns(runtime string) bool {
+	if v.fenced || Owner(runtime, v.adopted) != v.self || Owner(runtime, v.confirmed) != v.self {
+		return false
+	}
+	for id, view := range v.others {
+		if Owner(runtime, view) == id {
+			return false // not yet released by the member that had it
+		}
+	}
+	return true
+}
+
+// Begin begins a pass over runtime: ok false when it is not ours (now).
+// The pass runs under ctx, which is cancelled when the member changes its
+// view or stops; call done when the pass ends.
+func (s *Shards) Begin(ctx context.Context, runtime string) (pass context.Context, done func(), ok bool) {
+	if s == nil {
+		return ctx, func() {}, true
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if !s.ownsLocked(runtime) {
+		s.m.refused()
+		return nil, nil, false
+	}
+	e := s.epoch
+	e.passes.Add(1)
+	pass, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.ctx, cancel)
+	return pass, func() { stop(); cancel(); e.passes.Done() }, true
+}
+
+// SetOwned records how many runtimes this member owns (the metric
+// runtime_watcher_shard_owned_runtimes).
+func (s *Shards) SetOwned(n int) {
+	if s != nil {
+		s.m.SetOwned(n)
+	}
+}
+
+// NeedLeaderElection: every replica is a member.
+func (s *Shards) NeedLeaderElection() bool { return false }
+
+// Start runs the member until ctx ends; then it ends its passes and
+// releases its Lease so that its runtimes move at once.
+func (s *Shards) Start(ctx context.Context) error {
+	log := s.o.Log.WithValues("group", s.o.Group, "member", s.o.Identity)
+	log.Info("shard member starting", "leaseDuration", s.o.LeaseDuration, "renewDeadline", s.o.RenewDeadline, "retryPeriod", s.o.RetryPeriod)
+	t := s.o.Clock.NewTicker(s.o.RetryPeriod)
+	defer t.Stop()
+	for {
+		s.Tick(ctx, log)
+		select {
+		case <-ctx.Done():
+			s.stop(log)
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// Tick is one round of the member: renew (publishing the adopted view),
+// list the members, adopt a new view when the live members changed. Start
+// calls it every RetryPeriod; tests call it directly.
+func (s *Shards) Tick(ctx context.Context, log logr.Logger) {
+	for range 3 { // a view change publishes and lists again at once
+		if !s.round(ctx, log) {
+			return
+		}
+	}
+}
+
+// round returns true when the view changed (another round confirms it).
+func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
+	start := s.o.Clock.Now()
+	s.mu.RLock()
+	publish := slices.Clone(s.adopted)
+	s.mu.RUnlock()
+	if err := s.renew(ctx, start, publish); err != nil {
+		s.m.renewal("failed")
+		if !s.lastRenew.IsZero() && s.o.Clock.Since(s.lastRenew) >= s.o.RenewDeadline {
+			s.fence(log, err)
+		} else {
+			log.Info("member Lease not renewed; retrying", "error", err.Error())
+		}
+		return false
+	}
+	s.m.renewal("renewed")
+	s.lastRenew = start
+	if s.published != nil {
+		s.published(publish)
+	}
+	others, err := s.list(ctx)
+	if err != nil {
+		log.Info("members not listed; retrying", "error", err.Error())
+		return false
+	}
+	desired := []string{s.o.Identity}
+	for id := range others {
+		desired = append(desired, id)
+	}
+	slices.Sort(desired)
+
+	s.mu.Lock()
+	wasFenced := s.fenced
+	s.fenced = false
+	gained := wasFenced || !slices.Equal(s.confirmed, publish) || !sameViews(s.others, others)
+	s.confirmed = publish
+	s.others = others
+	if slices.Equal(desired, s.adopted) {
+		now := s.snapshotLocked()
+		s.mu.Unlock()
+		s.m.members(len(desired), 0)
+		if wasFenced {
+			log.Info("member working", "view", desired)
+		}
+		if gained || s.renotify {
+			s.notify(log, now)
+		}
+		return false
+	}
+	// Adopt: passes begun under the old view end before we publish the
+	// new one (a lost runtime's next owner waits for that publication).
+	old := s.adopted
+	s.adopted = desired
+	e := s.epoch
+	s.epoch = newEpoch()
+	s.mu.Unlock()
+	e.cancel()
+	e.passes.Wait()
+	s.m.members(len(desired), 1)
+	log.Info("membership changed", "view", desired, "previous", old)
+	return true
+}
+
+func (s *Shards) notify(log logr.Logger, now snapshot) {
+	prev := s.notified
+	gained := func(runtime string) bool {
+		return now.owns(runtime) && (prev == nil || !prev.owns(runtime))
+	}
+	var errs []error
+	for _, f := range s.onChange {
+		if err := f(gained); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.Error(err, "runtimes gained not all requeued; again at the next round")
+		s.renotify = true
+		return
+	}
+	s.renotify = false
+	s.notified = &now
+}
+
+func sameViews(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id, v := range a {
+		w, ok := b[id]
+		if !ok || !slices.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// fence stops all work: our Lease may be taken as expired by the others
+// soon.
+func (s *Shards) fence(log logr.Logger, err error) {
+	s.mu.Lock()
+	if s.fenced {
+		s.mu.Unlock()
+		return
+	}
+	s.fenced = true
+	e := s.epoch
+	s.epoch = newEpoch()
+	s.mu.Unlock()
+	e.cancel()
+	e.passes.Wait()
+	s.m.fenced()
+	log.Error(err, "member Lease not renewed within the renew deadline; all work stopped until it is", "renewDeadline", s.o.RenewDeadline)
+}
+
+// stop ends every pass and releases our Lease.
+func (s *Shards) stop(log logr.Logger) {
+	s.mu.Lock()
+	s.fenced = true
+	e := s.epoch
+	s.epoch = newEpoch()
+	s.mu.Unlock()
+	e.cancel()
+	e.passes.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.RenewDeadline)
+	defer cancel()
+	leases := s.o.Leases.Leases(s.o.Namespace)
+	l, err := leases.Get(ctx, s.lease, metav1.GetOptions{})
+	if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == s.o.Identity {
+		l.Spec.HolderIdentity = ptr.To("")
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		log.Info("member Lease not released; it expires", "error", err.Error())
+		return
+	}
+	log.Info("member Lease released")
+}
+
+// renew writes our Lease with view.
+func (s *Shards) renew(ctx context.Context, now time.Time, view []string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.RenewDeadline)
+	defer cancel()
+	leases := s.o.Leases.Leases(s.o.Namespace)
+	if s.ours == nil {
+		l, err := leases.Get(ctx, s.lease, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: s.lease, Namespace: s.o.Namespace}}
+		case err != nil:
+			return err
+		}
+		s.ours = l
+	}
+	l := s.ours.DeepCopy()
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LabelGroup] = s.o.Group
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationView] = strings.Join(view, ",")
+	t := metav1.NewMicroTime(now)
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != s.o.Identity {
+		l.Spec.AcquireTime = &t
+	}
+	l.Spec.HolderIdentity = ptr.To(s.o.Identity)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(s.o.LeaseDuration / time.Second))
+	l.Spec.RenewTime = &t
+	var err error
+	if l.ResourceVersion == "" {
+		l, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		l, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		s.ours = nil // read again: a conflict means someone else wrote it
+		return err
+	}
+	s.ours = l
+	return nil
+}
+
+// list reads the members' Leases (a quorum read) and returns the live
+// others with their published views.
+func (s *Shards) list(ctx context.Context) (map[string][]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.RenewDeadline)
+	defer cancel()
+	list, err := s.o.Leases.Leases(s.o.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelGroup: s.o.Group}).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	now := s.o.Clock.Now()
+	others := map[string][]string{}
+	seen := map[string]observation{}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Name == s.lease {
+			continue
+		}
+		o, ok := s.seen[l.Name]
+		if !ok || o.resourceVersion != l.ResourceVersion {
+			o = observation{resourceVersion: l.ResourceVersion, at: now}
+		}
+		seen[l.Name] = o
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		// The member's own duration (it fences itself at its renew
+		// deadline, a share of it); ours when it declares none.
+		d := s.o.LeaseDuration
+		if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+			d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		}
+		if holder == "" || holder == s.o.Identity || now.Sub(o.at) >= d {
+			continue // released or expired
+		}
+		var view []string
+		if v := l.Annotations[AnnotationView]; v != "" {
+			view = strings.Split(v, ",")
+		}
+		others[holder] = view
+	}
+	s.seen = seen
+	return others, nil
+}
