@@ -126,7 +126,7 @@ FUZZTIME_SHORT ?= 100000x
 FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./identity/:FuzzIsDNS1123Subdomain \
 	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual \
 	./skr-webhook/:FuzzReadManagers ./listener/:FuzzDecodeWatchEvent ./listener/:FuzzLinkedTraceParent ./ext-authz/framelimit/:FuzzParser ./skrclient/:FuzzBounded \
-	./filewatch/:FuzzParseCABundle ./vs-controller/trust/:FuzzParseBundle
+	./filewatch/:FuzzParseCABundle ./vs-controller/trust/:FuzzParseBundle ./api/contract/:FuzzParseHealthReport
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.

@@ -230,6 +230,48 @@ var _ = Describe("the KCP manifests", func() {
 				Expect(labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels))).To(BeTrue())
 			})
 
+			It("route the health reports (contract.HealthPath) on the Gateway to vs-controller's --health-report-bind-address, reachable from the gateway pods only", func() {
+				var vs istionetworkingv1.VirtualService
+				one(objs, "VirtualService", "runtime-watcher-health", &vs)
+				var gw istionetworkingv1.Gateway
+				one(objs, "Gateway", "kcp-gateway", &gw)
+				Expect(vs.Spec.Gateways).To(Equal([]string{gw.Namespace + "/" + gw.Name}))
+				Expect(vs.Spec.Http).To(HaveLen(1))
+				route := vs.Spec.Http[0]
+				Expect(route.Match).To(HaveLen(1))
+				Expect(route.Match[0].Uri.GetExact()).To(Equal(contract.HealthPath))
+				Expect(route.Route).To(HaveLen(1))
+				dest := route.Route[0].Destination
+
+				var svc corev1.Service
+				one(objs, "Service", "vs-controller-health", &svc)
+				Expect(dest.Host).To(Equal(svc.Name + "." + svc.Namespace + ".svc.cluster.local"))
+				Expect(svc.Spec.Ports).To(HaveLen(1))
+				Expect(dest.Port.GetNumber()).To(BeEquivalentTo(svc.Spec.Ports[0].Port))
+				var d appsv1.Deployment
+				one(objs, "Deployment", "vs-controller", &d)
+				Expect(labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels))).To(BeTrue())
+				c := container(&d, "vs-controller")
+				port := addrPort(containerArgs(c)["health-report-bind-address"])
+				Expect(containerPort(c, svc.Spec.Ports[0].TargetPort.StrVal)).To(Equal(port))
+
+				// vs-controller trusts x-watcher-runtime-id on that port.
+				var np networkingv1.NetworkPolicy
+				one(objs, "NetworkPolicy", "vs-controller", &np)
+				admitted := false
+				for _, rule := range np.Spec.Ingress {
+					for _, p := range rule.Ports {
+						if p.Port != nil && (p.Port.StrVal == svc.Spec.Ports[0].TargetPort.StrVal || p.Port.IntVal == port) {
+							admitted = true
+							Expect(rule.From).To(HaveLen(1))
+							Expect(rule.From[0].NamespaceSelector.MatchLabels).To(Equal(map[string]string{"kubernetes.io/metadata.name": gw.Namespace}))
+							Expect(rule.From[0].PodSelector.MatchLabels).To(Equal(gw.Spec.GetSelector()))
+						}
+					}
+				}
+				Expect(admitted).To(BeTrue(), "the NetworkPolicy does not admit the gateway to the health port")
+			})
+
 			It("point vs-controller at the Gateway's host and namespace, the Kyma namespace and the CA issuer", func() {
 				var d appsv1.Deployment
 				one(objs, "Deployment", "vs-controller", &d)

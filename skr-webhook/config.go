@@ -40,6 +40,7 @@ type config struct {
 
 	managersFile      string
 	heartbeatInterval time.Duration
+	healthInterval    time.Duration
 	maxManagers       int
 
 	minTLSVersion uint16 // --min-tls-version towards the KCP gateway
@@ -79,6 +80,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", 5*time.Minute, "send each manager opted in to heartbeats by the managers file a heartbeat this often (0: off)")
 	minTLS := fs.String("min-tls-version", "1.2", "lowest TLS version offered to the KCP gateway: 1.2 or 1.3 (TLS 1.3 only)")
 	fs.StringVar(&c.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for the send spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else none (every event still carries a traceparent)")
+	fs.DurationVar(&c.healthInterval, "health-interval", DefaultHealthInterval, "send this runtime's health report (alive, and which managers' deliveries fail) to the KCP this often, once per runtime; the KCP flags the runtime after three intervals of silence (0: off)")
 	fs.IntVar(&c.maxManagers, "max-managers", delivery.DefaultMaxManagers, "managers known (managers file and admission paths) at most; one beyond gets no resyncs or heartbeats (counted), its events are still delivered")
 
 	if err := c.Parse(fs, args); err != nil || c.Version {
@@ -141,6 +143,7 @@ func (c *config) validate(minTLS string) field.ErrorList {
 		startup.NotNegative("object-interval", c.objectInterval),
 		startup.IntRange("max-managers", c.maxManagers, 1, 65536),
 		startup.NotNegative("heartbeat-interval", c.heartbeatInterval),
+		startup.NotNegative("health-interval", c.healthInterval),
 	)
 	if c.managersFile != "" {
 		if _, _, err := readManagers(c.managersFile); err != nil {
@@ -170,6 +173,11 @@ func readable(path string) error {
 	}
 	return nil
 }
+
+// DefaultHealthInterval is --health-interval's default: with the KCP's
+// silence threshold of three intervals a broken path is flagged within two
+// minutes (docs/architecture.md §4.12).
+const DefaultHealthInterval = 30 * time.Second
 
 // dispatcherConfig maps the flags to the delivery configuration.
 func (c *config) dispatcherConfig() delivery.Config {

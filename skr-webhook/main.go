@@ -63,6 +63,7 @@ type app struct {
 	managers     *filewatch.Watcher // nil without --managers-file
 	client       *delivery.Client
 	dispatcher   *delivery.Dispatcher
+	reporter     *delivery.HealthReporter // nil with --health-interval 0
 	handler      *admission.Handler
 	registry     *prometheus.Registry // the webhook's own metrics (/metrics adds controller-runtime's)
 	tracer       *sdktrace.TracerProvider
@@ -145,6 +146,11 @@ func newApp(cfg *config, log logr.Logger) (*app, error) {
 	dcfg := cfg.dispatcherConfig()
 	dcfg.Registerer = reg
 	a.dispatcher = delivery.New(dcfg, sender, log.WithName("delivery"))
+	if cfg.healthInterval > 0 {
+		a.reporter = delivery.NewHealthReporter(delivery.HealthConfig{
+			Interval: cfg.healthInterval, AttemptTimeout: cfg.requestTimeout, Registerer: reg,
+		}, sender, a.dispatcher, log.WithName("health"))
+	}
 	if cfg.managersFile != "" {
 		// Read before the dispatcher starts, so each manager's startup
 		// resync is sent; a bad file is logged, the webhook still starts.
@@ -233,6 +239,10 @@ func (a *app) run(ctx context.Context) error {
 		go func() { defer wg.Done(); _ = w.Run(watchCtx) }()
 	}
 	a.dispatcher.Start()
+	if a.reporter != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.reporter.Run(watchCtx) }()
+	}
 	errc := make(chan error, 3)
 	serve := func(name string, f func() error) {
 		go func() {

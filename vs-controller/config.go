@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
@@ -79,6 +81,11 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.DurationVar(&c.o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
 	fs.DurationVar(&c.o.CertificateDuration, "certificate-duration", 0, "lifetime of runtime certificates (0: cert-manager's default, 90 days)")
 	fs.DurationVar(&c.o.CertificateRenewBefore, "certificate-renew-before", 0, "renew runtime certificates this long before they expire (0: cert-manager's default, a third of the lifetime)")
+	fs.StringVar(&c.o.HealthReportBindAddress, "health-report-bind-address", ":8090", "address serving the SKR webhooks' health reports (POST "+contract.HealthPath+", routed by the KCP gateway; only the gateway may reach it); \"0\" turns the watch-path health evaluation off")
+	fs.DurationVar(&c.o.Health.Silence, "health-silence", health.DefaultSilence, "a runtime not heard for longer is flagged (three of the webhooks' --health-interval)")
+	fs.DurationVar(&c.o.Health.CheckInterval, "health-check-interval", health.DefaultCheckInterval, "how often each runtime's SKR webhook configuration is checked (one metadata read in the steady state, spread over the interval), and a silent runtime diagnosed")
+	fs.DurationVar(&c.o.Health.DeliveryGrace, "health-delivery-grace", health.DefaultDeliveryGrace, "a runtime whose deliveries to a manager all failed for this long is flagged (no-route, delivery-failing)")
+	fs.DurationVar(&c.o.Health.Tick, "health-tick", health.DefaultTick, "how often every runtime's watch-path health is evaluated")
 	fs.Float64Var(&c.qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "KCP client burst")
 	if err := c.Parse(fs, args); err != nil || c.Version {

@@ -182,10 +182,15 @@ const (
 	ResyncOverflow ResyncReason = "overflow"
 	// ResyncExpired: an event was retried past its maximum age.
 	ResyncExpired ResyncReason = "expired"
+	// ResyncRecovered: the runtime's watch path was broken and works again
+	// (a health report failed and the next was taken, or the KCP's answer
+	// to a health report says it had flagged the runtime): admission
+	// reviews may have been missed meanwhile (docs/architecture.md §4.12).
+	ResyncRecovered ResyncReason = "recovered"
 )
 
 // ResyncReasons are the resync reasons above, every one this version sends.
-var ResyncReasons = []ResyncReason{ResyncStartup, ResyncOverflow, ResyncExpired}
+var ResyncReasons = []ResyncReason{ResyncStartup, ResyncOverflow, ResyncExpired, ResyncRecovered}
 
 // IsControl reports whether the event is a resync or a heartbeat rather
 // than the change of one object.

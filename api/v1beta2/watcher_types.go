@@ -119,6 +119,15 @@ type WatcherStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
+	// SilentRuntimes counts the runtimes whose watch path to this
+	// Watcher's manager is broken now (vs-controller's health evaluation,
+	// docs/operations.md "My operator stopped hearing from a runtime"): the
+	// runtime is not heard, its SKR webhook configuration is missing or
+	// altered, or its deliveries to this manager fail. Each runtime's cause
+	// is an Event on its Kyma. Written only when the count changes.
+	// +optional
+	SilentRuntimes int32 `json:"silentRuntimes,omitempty"`
+
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -19,8 +19,11 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,6 +166,11 @@ type Dispatcher struct {
 	failing  atomic.Bool     // an attempt failed retriably since the last recovery
 	lastOK   atomic.Int64    // clock time (UnixNano) of the last delivery
 
+	// streaks: managers whose every attempt failed since the time given,
+	// the last with the class given (FailingManagers; health reports).
+	streakMu sync.Mutex
+	streaks  map[string]streak
+
 	ctx      context.Context // cancelled when the drain time is up
 	cancel   context.CancelFunc
 	stopping chan struct{} // closed by Shutdown: stops the heartbeats
@@ -184,6 +192,7 @@ func New(cfg Config, sender Sender, log logr.Logger) *Dispatcher {
 		sender:   sender,
 		log:      log,
 		managers: map[string]*manager{},
+		streaks:  map[string]streak{},
 		ctx:      ctx,
 		cancel:   cancel,
 		stopping: make(chan struct{}),
@@ -451,4 +460,66 @@ func (d *Dispatcher) event(l *Lease) (contract.WatchEvent, bool) {
 		return contract.WatchEvent{}, false
 	}
 	return contract.WatchEvent{Resync: m.sending}, true
+}
+
+// streak: every attempt for a manager failed since since; class is the last.
+type streak struct {
+	since time.Time
+	class string
+}
+
+// noteStreak: a delivery ends a manager's failing streak, a retriable
+// failure starts or extends it; a refused body says nothing of the path.
+func (d *Dispatcher) noteStreak(manager string, r Result) {
+	d.streakMu.Lock()
+	defer d.streakMu.Unlock()
+	switch r.Outcome {
+	case Delivered:
+		delete(d.streaks, manager)
+	case Retriable:
+		s, ok := d.streaks[manager]
+		if !ok {
+			if len(d.streaks) >= d.cfg.MaxManagers {
+				return
+			}
+			s.since = d.clock.Now()
+		}
+		s.class = ResultClass(r)
+		d.streaks[manager] = s
+	}
+}
+
+// Recovered is told that the path to the KCP works again (a health report
+// was taken after one that was not): every entry waiting for its retry
+// backoff is due now, and the failing streaks, the outage's, are
+// forgotten (a manager that still fails starts a new one).
+func (d *Dispatcher) Recovered() {
+	d.streakMu.Lock()
+	clear(d.streaks)
+	d.streakMu.Unlock()
+	d.queue.Expedite()
+}
+
+// FailingManagers are the managers whose every delivery attempt failed
+// retriably since their last delivery, longest failing first, at most
+// contract.MaxHealthManagers: what the health report carries.
+func (d *Dispatcher) FailingManagers() []contract.ManagerDelivery {
+	now := d.clock.Now()
+	d.streakMu.Lock()
+	out := make([]contract.ManagerDelivery, 0, len(d.streaks))
+	for m, s := range d.streaks {
+		if !contract.ValidManager(m) {
+			continue
+		}
+		secs := min(max(int64(now.Sub(s.since)/time.Second), 0), contract.MaxFailingSeconds)
+		out = append(out, contract.ManagerDelivery{Name: m, Result: s.class, FailingSeconds: secs})
+	}
+	d.streakMu.Unlock()
+	slices.SortFunc(out, func(a, b contract.ManagerDelivery) int {
+		if c := cmp.Compare(b.FailingSeconds, a.FailingSeconds); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out[:min(len(out), contract.MaxHealthManagers)]
 }

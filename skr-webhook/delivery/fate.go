@@ -31,6 +31,7 @@ func (d *Dispatcher) attempt(l *Lease) {
 	cancel()
 	d.metrics.attemptDuration.WithLabelValues(string(r.Outcome)).Observe(d.clock.Since(start).Seconds())
 	d.metrics.attempts.WithLabelValues(ResultClass(r)).Inc()
+	d.noteStreak(l.Key.Manager, r)
 	if l.Key.Control == ControlHeartbeat && r.Outcome != Delivered {
 		d.metrics.heartbeatsFailed.Inc()
 	}
@@ -212,8 +213,7 @@ func ResultClass(r Result) string {
 	return "4xx"
 }
 
-var resultClasses = []string{"2xx", "3xx", "400", "403", "404", "408", "413", "415", "422", "425", "429", "4xx", "5xx",
-	"transport", "invalid"}
+var resultClasses = contract.DeliveryClasses
 
 // backoff is BaseDelay·2^(attempt-1), capped at MaxDelay, with "equal
 // jitter" (half fixed, half random); a Retry-After asks for at least its

@@ -217,3 +217,35 @@ type KymaEventItem struct {
 	Type  string
 	Value json.RawMessage
 }
+
+// HealthEnvironment is an environment whose runtimes' watch paths can be
+// broken one at a time (the local one): the spec labelled "silent".
+type HealthEnvironment interface {
+	Health() HealthControls
+}
+
+// HealthControls act on real objects and processes only: nothing in the
+// product has a fault-injection hook.
+type HealthControls interface {
+	// AddRuntime starts a further runtime (its own SKR API server, Kyma,
+	// certificate and skr-webhook process; webhookArgs are added to its
+	// webhook's flags).
+	AddRuntime(ctx context.Context, id, domain string, webhookArgs ...string) (HealthRuntime, error)
+	// RestartController restarts vs-controller with extraFlags added.
+	RestartController(ctx context.Context, extraFlags ...string) error
+	// ControllerMetrics is vs-controller's /metrics text.
+	ControllerMetrics(ctx context.Context) (string, error)
+	// RestartWebhook restarts the sample runtime's skr-webhook with args
+	// added to its usual flags (none: the usual start).
+	RestartWebhook(ctx context.Context, args ...string) error
+	// StopWebhook stops the sample runtime's skr-webhook (SIGKILL).
+	StopWebhook() error
+	// RuntimeCA is the CA that issues runtime certificates.
+	RuntimeCA(ctx context.Context) (*pki.CA, error)
+}
+
+// HealthRuntime is a further runtime of a HealthEnvironment.
+type HealthRuntime interface {
+	ID() string
+	SKR() client.Client
+}

@@ -86,7 +86,12 @@ func (e *localEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, 
 	return leaf.TLS()
 }
 func (e *localEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.sys.WebhookMetricsURL, nil)
+	return scrape(ctx, e.sys.WebhookMetricsURL)
+}
+
+// scrape reads a /metrics page.
+func scrape(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
 	}
@@ -259,6 +264,41 @@ type localKymaOperator struct {
 func (k *localKymaOperator) Events() <-chan KymaEvent       { return k.events }
 func (k *localKymaOperator) Log() string                    { return k.op.Log() }
 func (k *localKymaOperator) Stop(ctx context.Context) error { return k.op.Stop(ctx) }
+
+// Health: the controls of the spec labelled "silent".
+func (e *localEnvironment) Health() HealthControls { return localHealth{e.sys} }
+
+type localHealth struct{ sys *localenv.System }
+
+func (h localHealth) AddRuntime(ctx context.Context, id, domain string, args ...string) (HealthRuntime, error) {
+	rt, err := h.sys.AddRuntime(ctx, id, domain, args...)
+	if err != nil {
+		return nil, err
+	}
+	return localRuntime{rt}, nil
+}
+func (h localHealth) RestartController(ctx context.Context, extra ...string) error {
+	return h.sys.RestartVSController(ctx, extra...)
+}
+func (h localHealth) ControllerMetrics(ctx context.Context) (string, error) {
+	return scrape(ctx, h.sys.VSControllerMetricsURL)
+}
+func (h localHealth) RestartWebhook(ctx context.Context, args ...string) error {
+	if err := h.sys.KillWebhook(); err != nil {
+		return err
+	}
+	h.sys.SetWebhookExtraArgs(args...)
+	return h.sys.StartWebhook(ctx)
+}
+func (h localHealth) StopWebhook() error { return h.sys.KillWebhook() }
+func (h localHealth) RuntimeCA(ctx context.Context) (*pki.CA, error) {
+	return h.sys.RuntimeCA(ctx)
+}
+
+type localRuntime struct{ rt *localenv.Runtime }
+
+func (r localRuntime) ID() string         { return r.rt.ID }
+func (r localRuntime) SKR() client.Client { return r.rt.SKR.Client }
 
 // ShardsEnvironment can replace module-sync by replicas that share the
 // runtimes (--shard-identity); the local environment can.

@@ -101,7 +101,7 @@ func (s *System) StartWebhook(ctx context.Context) error {
 	if s.webhook != nil {
 		name += "-" + strconv.FormatInt(time.Now().UnixNano(), 36) // a fresh log per start
 	}
-	p, err := s.start(name, s.webhookBinary, nil, nil, s.webhookArgs...)
+	p, err := s.start(name, s.webhookBinary, nil, nil, append(append([]string{}, s.webhookArgs...), s.webhookExtra...)...)
 	if err != nil {
 		return err
 	}
@@ -110,6 +110,15 @@ func (s *System) StartWebhook(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// SetWebhookExtraArgs sets flags the next StartWebhook adds after the
+// usual ones (a later flag wins: --kcp-addr elsewhere makes a runtime
+// whose network to the KCP is broken); none restores the usual start.
+func (s *System) SetWebhookExtraArgs(args ...string) {
+	s.webhookMu.Lock()
+	defer s.webhookMu.Unlock()
+	s.webhookExtra = args
 }
 
 // KillWebhook sends SIGKILL to the skr-webhook and waits until it is gone:

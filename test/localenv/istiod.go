@@ -42,6 +42,9 @@ const (
 	// IstioMeshValuesPath and GatewayManifestPath are read, never copied.
 	istioMeshValues = "manifests/istio/istiod-values.yaml"
 	gatewayManifest = "manifests/kcp/base/gateway.yaml"
+	// healthRouteManifest routes the SKR webhooks' health reports to
+	// vs-controller (VSControllerHealthService here).
+	healthRouteManifest = "manifests/kcp/base/health-route.yaml"
 	// GatewayManifestHost is the placeholder host of the Gateway in
 	// gatewayManifest that an overlay's settings replace (gatewayHost).
 	GatewayManifestHost = "kcp-gateway.example.com"
@@ -51,7 +54,11 @@ const (
 	// ExtAuthzService and ExtAuthzPort are the ext-authz Service of
 	// manifests/kcp/base/ext-authz.yaml that the mesh config names.
 	ExtAuthzService = "ext-authz"
-	ExtAuthzPort    = 9001
+	// VSControllerHealthService and VSControllerHealthPort: where
+	// health-route.yaml sends the health reports.
+	VSControllerHealthService = "vs-controller-health"
+	VSControllerHealthPort    = 8090
+	ExtAuthzPort              = 9001
 	// IstioClusterDomain is the cluster domain istiod builds host names with.
 	IstioClusterDomain = "cluster.local"
 	// GatewayServerHost is the Gateway's server host here: "*", because
@@ -220,7 +227,30 @@ func applyIstioConfig(ctx context.Context, c client.Client, services []LocalServ
 	if err := c.Create(ctx, ap); err != nil {
 		return fmt.Errorf("AuthorizationPolicy of %s: %w", gatewayManifest, err)
 	}
+	vs, err := HealthRoute()
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, vs); err != nil {
+		return fmt.Errorf("VirtualService of %s: %w", healthRouteManifest, err)
+	}
 	return nil
+}
+
+// HealthRoute is the VirtualService of manifests/kcp/base/health-route.yaml.
+func HealthRoute() (*istionetworkingv1.VirtualService, error) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), healthRouteManifest))
+	if err != nil {
+		return nil, err
+	}
+	vs := &istionetworkingv1.VirtualService{}
+	if err := yaml.Unmarshal(b, vs); err != nil {
+		return nil, fmt.Errorf("%s: %w", healthRouteManifest, err)
+	}
+	if vs.Kind != "VirtualService" || vs.Name == "" {
+		return nil, fmt.Errorf("%s: want one VirtualService", healthRouteManifest)
+	}
+	return vs, nil
 }
 
 // startIstiod runs pilot-discovery against the KCP API server on the three

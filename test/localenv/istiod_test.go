@@ -79,6 +79,7 @@ func TestIstiodGateway(t *testing.T) {
 	must(t, applyIstioConfig(ctx, c, []LocalService{
 		{Name: ExtAuthzService, Namespace: KymaNamespace, Port: ExtAuthzPort, Protocol: "GRPC", Addr: "127.0.0.1:19001"},
 		{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort, Protocol: "HTTP", Addr: "127.0.0.1:18082"},
+		{Name: VSControllerHealthService, Namespace: KymaNamespace, Port: VSControllerHealthPort, Protocol: "HTTP", Addr: "127.0.0.1:18090"},
 		{Name: GatewayService, Namespace: GatewayNamespace, Port: 443, Protocol: "HTTPS", Addr: GatewayProxyIP + ":" + strconv.Itoa(s.gatewayPort), Labels: GatewayLabels},
 	}))
 	// The Gateway's credentialName and its client CA, as cert-manager and

@@ -35,7 +35,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -108,6 +107,8 @@ type System struct {
 	GatewayAddr string
 	// WebhookMetricsURL is the skr-webhook's /metrics.
 	WebhookMetricsURL string
+	// VSControllerMetricsURL is vs-controller's /metrics.
+	VSControllerMetricsURL string
 	// Events carries every event the operator reported, in order.
 	Events <-chan ReceivedEvent
 	// ModuleSyncMetricsURL is module-sync's /metrics.
@@ -136,6 +137,7 @@ type System struct {
 	webhook       *process
 	webhookBinary string
 	webhookArgs   []string
+	webhookExtra  []string
 	webhookHealth string
 	webhookAddr   string
 	operators     []Operator
@@ -161,6 +163,9 @@ type System struct {
 
 	// ports.go: the loopback ports chosen for the binaries, locked until Stop.
 	ports portReservation
+
+	// runtimes.go: the API servers of further runtimes (AddRuntime).
+	runtimeEnvs []*testenv.Env
 }
 
 func (s *System) step(format string, args ...any) {
@@ -237,7 +242,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.step("granted module %q its kinds in the SKR (%s)", SampleModule, SampleGrantPath())
 
 	replicas := max(o.OperatorReplicas, 1)
-	ports, err := s.ports.reserve(15 + 3*replicas)
+	ports, err := s.ports.reserve(17 + 3*replicas)
 	if err != nil {
 		return s, err
 	}
@@ -253,6 +258,8 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	webhookListen, webhookHealth := addr(6), addr(7)
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
 	msListen, msHealth, msMetrics, mmHealth := addr(11), addr(12), addr(13), addr(14)
+	vsHealthReports, vsMetrics := addr(15), addr(16)
+	s.VSControllerMetricsURL = "http://" + vsMetrics + "/metrics"
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
@@ -274,7 +281,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		s.operators = []Operator{{Listen: opListen, Health: opHealth, Metrics: opMetrics}}
 	} else {
 		for i := range replicas {
-			s.operators = append(s.operators, Operator{Listen: addr(15 + 3*i), Health: addr(16 + 3*i), Metrics: addr(17 + 3*i)})
+			s.operators = append(s.operators, Operator{Listen: addr(17 + 3*i), Health: addr(18 + 3*i), Metrics: addr(19 + 3*i)})
 		}
 	}
 	var opProcs []*process
@@ -317,6 +324,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		{Name: ExtAuthzService, Namespace: KymaNamespace, Port: ExtAuthzPort, Protocol: "GRPC", Addr: authzGRPC},
 		{Name: OperatorService, Namespace: KymaNamespace, Port: OperatorPort, Protocol: "HTTP", Addr: opListen},
 		{Name: ModuleSyncService, Namespace: KymaNamespace, Port: ModuleSyncPort, Protocol: "HTTP", Addr: msListen},
+		{Name: VSControllerHealthService, Namespace: KymaNamespace, Port: VSControllerHealthPort, Protocol: "HTTP", Addr: vsHealthReports},
 		{Name: GatewayService, Namespace: GatewayNamespace, Port: 443, Protocol: "HTTPS", Addr: net.JoinHostPort(GatewayProxyIP, strconv.Itoa(s.gatewayPort)), Labels: GatewayLabels},
 	}, istioPorts); err != nil {
 		return s, err
@@ -326,7 +334,8 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.vsBinary, s.vsHealth = binaries["vs-controller"], vsHealth
 	s.vsArgs = []string{
 		"--kubeconfig", s.KCP.KubeconfigPath,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", vsHealth,
+		"--metrics-bind-address", vsMetrics, "--health-probe-bind-address", vsHealth,
+		"--health-report-bind-address", vsHealthReports,
 		"--kyma-namespace", KymaNamespace, "--gateway-namespace", GatewayNamespace, "--skr-namespace", SKRNamespace,
 		"--issuer-name", IssuerName, "--issuer-kind", "Issuer",
 		"--kcp-gateway-host", s.GatewayAddr,
@@ -473,18 +482,24 @@ func (s *System) GatewayTLS(ctx context.Context, cert *tls.Certificate) (*tls.Co
 // applySamples creates the Watcher, the Kyma and its kubeconfig
 // Secret in the KCP.
 func (s *System) applySamples(ctx context.Context) error {
-	c := s.KCP.Client
-	if err := c.Create(ctx, SampleWatcher()); err != nil {
+	if err := s.KCP.Client.Create(ctx, SampleWatcher()); err != nil {
 		return err
 	}
-	kubeconfig, err := os.ReadFile(s.SKR.KubeconfigPath)
+	return s.createRuntime(ctx, RuntimeID, SKRDomain, s.SKR.KubeconfigPath)
+}
+
+// createRuntime creates a runtime's kubeconfig Secret (the SKR API server
+// of kubeconfigPath) and its Kyma (skr-domain domain) in the KCP.
+func (s *System) createRuntime(ctx context.Context, id, domain, kubeconfigPath string) error {
+	c := s.KCP.Client
+	kubeconfig, err := os.ReadFile(kubeconfigPath)
 	if err != nil {
 		return err
 	}
 	// Labelled as docs/operations.md recommends: vs-controller caches and
 	// watches it (an unlabelled one is read uncached at every pass).
 	if err := c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(RuntimeID), Namespace: KymaNamespace,
+		ObjectMeta: metav1.ObjectMeta{Name: skrclient.SecretName(id), Namespace: KymaNamespace,
 			Labels: map[string]string{contract.LabelPartOf: contract.PartOf}},
 		Data: map[string][]byte{skrclient.SecretKey: kubeconfig},
 	}); err != nil {
@@ -493,9 +508,9 @@ func (s *System) applySamples(ctx context.Context) error {
 	kyma := &unstructured.Unstructured{}
 	kyma.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 	kyma.SetNamespace(KymaNamespace)
-	kyma.SetName(RuntimeID)
-	kyma.SetLabels(map[string]string{contract.LabelRuntimeID: RuntimeID})
-	kyma.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: SKRDomain})
+	kyma.SetName(id)
+	kyma.SetLabels(map[string]string{contract.LabelRuntimeID: id})
+	kyma.SetAnnotations(map[string]string{contract.AnnotationSKRDomain: domain})
 	if err := unstructured.SetNestedField(kyma.Object, "regular", "spec", "channel"); err != nil {
 		return err
 	}
@@ -526,13 +541,19 @@ func SampleWatcher() *v1beta2.Watcher {
 // (ourWebhookSecret) and keeps its keys in files, as the kubelet keeps a
 // mounted Secret.
 func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
-	if err := os.MkdirAll(s.certDir, 0o700); err != nil {
+	return s.mirrorSecret(ctx, runCtx, s.certDir, s.ourWebhookSecret)
+}
+
+// mirrorSecret waits for the Secret get returns (nil: not there yet) and
+// keeps its keys ca.crt, tls.crt and tls.key in files in dir until runCtx
+// ends.
+func (s *System) mirrorSecret(ctx, runCtx context.Context, dir string, get func(context.Context) (*corev1.Secret, error)) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	key := client.ObjectKey{Namespace: SKRNamespace, Name: bundle.SecretName}
 	written := map[string][]byte{}
 	sync := func(c context.Context) (bool, error) {
-		sec, err := s.ourWebhookSecret(c)
+		sec, err := get(c)
 		if err != nil || sec == nil {
 			return false, err
 		}
@@ -544,11 +565,11 @@ func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
 			if string(written[k]) == string(v) {
 				continue
 			}
-			tmp := filepath.Join(s.certDir, "."+k)
+			tmp := filepath.Join(dir, "."+k)
 			if err := os.WriteFile(tmp, v, 0o600); err != nil {
 				return false, err
 			}
-			if err := os.Rename(tmp, filepath.Join(s.certDir, k)); err != nil {
+			if err := os.Rename(tmp, filepath.Join(dir, k)); err != nil {
 				return false, err
 			}
 			written[k] = v
@@ -558,7 +579,7 @@ func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
 	deadline, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := poll(deadline, 100*time.Millisecond, sync); err != nil {
-		return fmt.Errorf("waiting for Secret %s in the SKR (vs-controller log: %s): %w", key, filepath.Join(s.Dir, "logs", "vs-controller.log"), err)
+		return fmt.Errorf("waiting for Secret %s/%s in the SKR (vs-controller log: %s): %w", SKRNamespace, bundle.SecretName, filepath.Join(s.Dir, "logs", "vs-controller.log"), err)
 	}
 	s.goRun(func() error {
 		_ = poll(runCtx, 250*time.Millisecond, func(c context.Context) (bool, error) {
@@ -598,6 +619,11 @@ func (s *System) Stop() error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	for _, e := range s.runtimeEnvs {
+		if err := e.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.Env != nil {
 		if err := s.Env.Stop(); err != nil {
 			errs = append(errs, err)

@@ -287,3 +287,12 @@ func prune(v any) any {
 		return v
 	}
 }
+
+// KnownAt reports whether key was last found or made up to date at
+// resourceVersion rv (whatever the hash).
+func (m *Memo) KnownAt(key, rv string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[key]
+	return ok && rv != "" && e[0] == rv
+}

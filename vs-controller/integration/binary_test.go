@@ -44,6 +44,7 @@ var _ = Describe("The vs-controller binary", Ordered, func() {
 			"--kubeconfig="+cluster.KubeconfigPath,
 			"--metrics-bind-address=0",
 			"--health-probe-bind-address="+health,
+			"--health-report-bind-address="+testenv.FreeAddr(),
 			"--issuer-name="+issuerName,
 			"--kcp-gateway-host="+kcpGateway,
 			"--gateway-namespace="+gatewayNS,

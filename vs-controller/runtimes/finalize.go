@@ -102,4 +102,5 @@ func (r *Reconciler) forget(runtimeKey string) {
 		r.TakeOver.Forget(runtimeKey)
 	}
 	r.unlabelled.Delete(runtimeKey)
+	r.bundled.Delete(runtimeKey)
 }

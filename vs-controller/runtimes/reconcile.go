@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -113,6 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.event(kyma, corev1.EventTypeWarning, reason, err.Error())
 		return ctrl.Result{}, err
 	}
+	r.bundled.LoadOrStore(req.String(), time.Now())
 	if wrote > 0 {
 		recordOutcome("applied")
 		r.event(kyma, corev1.EventTypeNormal, ReasonBundleApplied, fmt.Sprintf("applied %d object(s) of the SKR bundle", wrote))

@@ -135,6 +135,10 @@ type Reconciler struct {
 	unlabelled sync.Map
 	webhooks   bundle.WebhookConfigurations
 	bundles    bundle.Bundles
+	// bundled: runtime key -> time.Time of the first bundle pass that
+	// completed in this process; only such runtimes are evaluated for
+	// watch-path health (health.go).
+	bundled sync.Map
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch

@@ -142,3 +142,14 @@ func (k *Keeper) AfterPush(ctx context.Context, kyma client.Object, runtimeKey, 
 	}
 	return 0, nil
 }
+
+// GatewayTrusts reports whether leaf chains to a CA of the published runtime
+// trust bundle (the gateway's client CA); known is false while nothing is
+// published yet.
+func (k *Keeper) GatewayTrusts(leaf *x509.Certificate) (trusted, known bool) {
+	p := k.current()
+	if p == nil || p.runtimeBundle == nil {
+		return false, false
+	}
+	return SignedBy(leaf, p.runtimeCAs) >= 0, true
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
@@ -77,6 +78,12 @@ type Options struct {
 	Trust trust.Options
 	// Adoption: the take-over of runtimes Lifecycle Manager set up.
 	Adoption takeover.Options
+
+	// HealthReportBindAddress serves the SKR webhooks' health reports
+	// (contract.HealthPath, routed by the gateway); "" or "0": no health
+	// evaluation. Health tunes the evaluation (package health).
+	HealthReportBindAddress string
+	Health                  health.Options
 
 	// SkipNameValidation lets tests build several managers in one process.
 	SkipNameValidation bool
@@ -174,6 +181,18 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	if err := rr.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("runtime controller: %w", err)
+	}
+	if a := o.HealthReportBindAddress; a != "" && a != "0" {
+		tracker := health.NewTracker(nil, health.MaxRuntimes)
+		ev := health.NewEvaluator(o.Health, tracker, rr.HealthRuntimes, rr, &health.KCPReporter{
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vs-controller"), Log: mgr.GetLogger().WithName("health"),
+		}, mgr.GetLogger().WithName("health"))
+		if err := mgr.Add(ev); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(&health.Server{Addr: a, Handler: tracker.Handler(ev.Evaluates)}); err != nil {
+			return nil, err
+		}
 	}
 	// module-sync reads exactly the runtimes' kubeconfig Secrets.
 	if err := (&kubeconfigs.Reconciler{Client: mgr.GetClient(), KymaNamespace: o.KymaNamespace}).SetupWithManager(mgr); err != nil {
