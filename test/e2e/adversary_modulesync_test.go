@@ -184,8 +184,13 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 			it.Adopt = true
 			items = append(items, it)
 		}
+		// The bundle's managers file is vs-controller's: a spec before this
+		// one may have had vs-controller re-push the bundle (a restart, a
+		// take-over), so it is awaited, not assumed.
 		before := &corev1.ConfigMap{}
-		Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "skr-webhook-managers"}, before)).To(Succeed())
+		Eventually(func() error {
+			return env.SKR().Get(ctx, client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "skr-webhook-managers"}, before)
+		}).WithTimeout(time.Minute).Should(Succeed(), "the bundle's managers file is not in the SKR")
 		got := attack(ctx, "e2e-attack-bundle", items...)
 		for _, st := range got.Status.Items {
 			Expect(st.State).To(Equal(v1alpha1.ItemRefused), "%s", st.Name)
