@@ -8,6 +8,7 @@ package moduleconfigs
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +62,42 @@ type Reconciler struct {
 	// requeue wakes a pass that waited for its runtime's turn, and the
 	// runtimes this replica gained.
 	requeue pacing.Requeue
+	// arrivals: when the events not yet read by a pass came, by runtime
+	// (syncmetrics.EventLatency).
+	arrivals arrivals
+}
+
+// arrivals holds, per runtime (its Kyma's key), when the first event not
+// yet taken by a mirror pass was handed over by the listener.
+type arrivals struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// note records an event of runtime at now unless an earlier one waits.
+func (a *arrivals) note(runtime string, now time.Time) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, waiting := a.at[runtime]; waiting {
+		return
+	}
+	if a.at == nil {
+		a.at = map[string]time.Time{}
+	}
+	a.at[runtime] = now
+}
+
+// take returns and forgets when runtime's waiting event came; ok false
+// when none waits.
+func (a *arrivals) take(runtime string) (at time.Time, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok = a.at[runtime]
+	delete(a.at, runtime)
+	return at, ok
 }
 
 // SetupWithManager registers the controller; events are the listener's.
@@ -77,7 +114,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.Gene
 		Named("mirror").
 		// Kyma created or deleted (and the runtime-id label changed): a pass.
 		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay))).
+		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay, &r.arrivals))).
 		WatchesRawSource(r.requeue.Source()).
 		WithOptions(opts).
 		Complete(r)
@@ -113,7 +150,8 @@ func (r *Reconciler) gained(gained func(runtime string) bool) error {
 // are counted and dropped. With confirm > 0 the runtime is mirrored again
 // that much later: the SKR's admission webhook reports a change before the
 // API server stores it, so the first pass may read the Module CR as it was.
-func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm time.Duration) handler.EventHandler {
+// Enqueued events are noted in arrived (nil: not noted).
+func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm time.Duration, arrived *arrivals) handler.EventHandler {
 	return handler.Funcs{
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			ev, ok := listener.EventFrom(e.Object)
@@ -130,6 +168,7 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 			default:
 				syncmetrics.Events.WithLabelValues("enqueued").Inc()
 				req := reconcile.Request{NamespacedName: key}
+				arrived.note(key.String(), time.Now())
 				q.Add(req)
 				if confirm > 0 {
 					q.AddAfter(req, confirm)
@@ -175,6 +214,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
 	defer release()
+	if at, evented := r.arrivals.take(key); evented {
+		syncmetrics.EventLatency.WithLabelValues("queued").Observe(time.Since(at).Seconds())
+		defer func() { syncmetrics.EventLatency.WithLabelValues("mirrored").Observe(time.Since(at).Seconds()) }()
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)
 	defer cancel()
 	id := identity.RuntimeIDOf(kyma)

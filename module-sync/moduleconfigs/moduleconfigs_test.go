@@ -246,7 +246,7 @@ func TestReconcileFailures(t *testing.T) {
 // and each is counted.
 func TestEnqueueRuntime(t *testing.T) {
 	s := newSetup(t, fakecluster.Kyma(ns, "kyma-b", "", ""))
-	h := enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, time.Hour)
+	h := enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, time.Hour, nil)
 	q := &recordingQueue{TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())}
 	defer q.ShutDown()
 	ev := func(runtimeID string) event.GenericEvent {
@@ -286,7 +286,7 @@ func TestEnqueueRuntime(t *testing.T) {
 
 	s.kcp.Heal()
 	q.after = nil
-	enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, 0).Generic(ctx, ev("runtime-a"), q)
+	enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, 0, nil).Generic(ctx, ev("runtime-a"), q)
 	if q.Len() != 1 || len(q.after) != 0 {
 		t.Errorf("without a confirm delay: %d queued, later %v; want one now and none later", q.Len(), q.after)
 	}

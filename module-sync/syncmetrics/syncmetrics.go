@@ -54,10 +54,20 @@ var (
 		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "events_total",
 		Help: "Watcher events received, by outcome: enqueued, unknown-runtime, lookup-failed.",
 	}, []string{"outcome"})
+	// EventLatency: how long after the listener handed an event over the
+	// mirror pass that read the runtime for it began (stage "queued":
+	// the controller's queue and a wait for the runtime's turn) and ended
+	// (stage "mirrored": its ModuleConfigs written). Events of one runtime
+	// that arrive before its pass began count once, from the first.
+	EventLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "event_latency_seconds",
+		Help:    "Time from the listener's hand-over of an event to the start (stage=queued) and the end (stage=mirrored) of the mirror pass that read the runtime for it.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"stage"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(MirrorPasses, MirrorWrites, SyncReconciles, SyncItems, SKRRequests, Events)
+	ctrlmetrics.Registry.MustRegister(MirrorPasses, MirrorWrites, SyncReconciles, SyncItems, SKRRequests, Events, EventLatency)
 }
 
 // CountRequests wraps a runtime client's transport to count its requests

@@ -113,6 +113,32 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		slices.Sort(rt)
 		return rt
 	}
+	// stages: a module-sync process's own account of the events' way to
+	// the ModuleConfig (syncmetrics.EventLatency: events by the time their
+	// mirror pass began and ended, cumulative buckets) and of its passes
+	// that waited or failed.
+	stages := func(ctx context.Context, url string) map[string]float64 {
+		text, err := promtext.Fetch(ctx, url)
+		Expect(err).NotTo(HaveOccurred())
+		out := map[string]float64{}
+		for _, stage := range []string{"queued", "mirrored"} {
+			for _, le := range []string{"0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "+Inf"} {
+				out[stage+" ≤"+le+"s"], _ = promtext.Sum(text, "runtime_watcher_module_sync_event_latency_seconds_bucket", map[string]string{"stage": stage, "le": le})
+			}
+		}
+		for _, result := range []string{"runtime-busy", "failed", "synced", "unchanged"} {
+			out["mirror "+result], _ = promtext.Sum(text, "runtime_watcher_module_sync_mirror_passes_total", map[string]string{"result": result})
+		}
+		out["syncresource runtime-busy"], _ = promtext.Sum(text, "runtime_watcher_module_sync_syncresource_reconciles_total", map[string]string{"result": "runtime-busy"})
+		return out
+	}
+	stagesDelta := func(before, after map[string]float64) string {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(after)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, after[k]-before[k]))
+		}
+		return strings.Join(parts, ", ")
+	}
 	notOwnerRefused := func(ctx context.Context) float64 {
 		sum := 0.0
 		for _, r := range members.Replicas() {
@@ -138,7 +164,14 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		// (no shards), in the same run on the same machine.
 		edit(ctx, time.Minute)
 		toKCP = nil
+		var twinStages map[string]float64
+		if ms, ok := env.(e2e.ModuleSyncEnvironment); ok {
+			twinStages = stages(ctx, ms.ModuleSyncMetricsURL())
+		}
 		baseline = roundTrips(ctx, 40)
+		if ms, ok := env.(e2e.ModuleSyncEnvironment); ok {
+			AddReportEntry("one module-sync's stages during its 40 edits (events by the time from the listener to their mirror pass's start and end)", stagesDelta(twinStages, stages(ctx, ms.ModuleSyncMetricsURL())))
+		}
 		toKCPBaseline = slices.Clone(toKCP)
 		slices.Sort(toKCPBaseline)
 		members, err = sh.ShardModuleSync(ctx, 3, lease)
@@ -181,6 +214,13 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 			}
 			return out
 		}
+		ownerURL := ""
+		for _, r := range members.Replicas() {
+			if r.Identity == owner {
+				ownerURL = r.MetricsURL
+			}
+		}
+		ownerBefore := stages(ctx, ownerURL)
 		envoyBefore := envoyStats()
 		retriesBefore := webhookRetries()
 		toKCP = nil
@@ -201,6 +241,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 			envoyDelta = append(envoyDelta, fmt.Sprintf("%s %d", strings.TrimPrefix(k, "."), envoyAfter[k]-envoyBefore[k]))
 		}
 		AddReportEntry("the gateway's module-sync cluster during the 40 sharded edits", strings.Join(envoyDelta, ", "))
+		AddReportEntry("the owner's stages during the 40 sharded edits (events by the time from its listener to their mirror pass's start and end)", stagesDelta(ownerBefore, stages(ctx, ownerURL)))
 		AddReportEntry("webhook retries during the 40 sharded edits (events the gateway did not bring to the owner)", retried)
 		AddReportEntry("first leg SKR → ModuleConfig ms (one module-sync p50/p90/p99 | 3 shards p50/p90/p99)", fmt.Sprintf("%.1f/%.1f/%.1f | %.1f/%.1f/%.1f",
 			ms(toKCPBaseline, 0.5), ms(toKCPBaseline, 0.9), ms(toKCPBaseline, 0.99), ms(toKCP, 0.5), ms(toKCP, 0.9), ms(toKCP, 0.99)))
