@@ -68,10 +68,18 @@ type Reconciler struct {
 }
 
 // arrivals holds, per runtime (its Kyma's key), when the first event not
-// yet taken by a mirror pass was handed over by the listener.
+// yet taken by a mirror pass was handed over by the listener, and when
+// the runtime's confirm pass is due.
 type arrivals struct {
 	mu sync.Mutex
 	at map[string]time.Time
+	// confirm: when the pass that confirms the last event's pass is due.
+	// Kept here, not as a second, later item in the controller's queue:
+	// controller-runtime's priority queue holds one entry per item, and a
+	// later add of an item already waiting there merges into the earlier
+	// one, so a confirm pass queued beside the event's pass was dropped
+	// (TestConfirmPassThroughTheControllerQueue).
+	confirm map[string]time.Time
 }
 
 // note records an event of runtime at now unless an earlier one waits.
@@ -90,14 +98,48 @@ func (a *arrivals) note(runtime string, now time.Time) {
 	a.at[runtime] = now
 }
 
-// take returns and forgets when runtime's waiting event came; ok false
-// when none waits.
-func (a *arrivals) take(runtime string) (at time.Time, ok bool) {
+// begin is the start of a pass over runtime at now: it returns when the
+// event the pass takes came (ok false: none waits), and with confirm > 0
+// makes the runtime's confirm pass due confirm after now; a pass that
+// begins when its confirm pass is due is that pass.
+func (a *arrivals) begin(runtime string, now time.Time, confirm time.Duration) (at time.Time, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	at, ok = a.at[runtime]
 	delete(a.at, runtime)
+	if due, set := a.confirm[runtime]; set && !due.After(now) {
+		delete(a.confirm, runtime)
+	}
+	if ok && confirm > 0 {
+		if a.confirm == nil {
+			a.confirm = map[string]time.Time{}
+		}
+		a.confirm[runtime] = now.Add(confirm)
+	}
 	return at, ok
+}
+
+// next is when runtime's next pass is due after a pass that asked for
+// after (0: none): sooner when its confirm pass is due first.
+func (a *arrivals) next(runtime string, now time.Time, after time.Duration) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	due, set := a.confirm[runtime]
+	if !set {
+		return after
+	}
+	if until := max(due.Sub(now), time.Millisecond); after == 0 || until < after {
+		return until
+	}
+	return after
+}
+
+// forget drops what is held of runtime (its Kyma is gone).
+func (a *arrivals) forget(runtime string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.at, runtime)
+	delete(a.confirm, runtime)
 }
 
 // SetupWithManager registers the controller; events are the listener's.
@@ -114,7 +156,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.Gene
 		Named("mirror").
 		// Kyma created or deleted (and the runtime-id label changed): a pass.
 		For(identity.NewKyma(), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, r.ConfirmDelay, &r.arrivals))).
+		WatchesRawSource(source.Channel(events, enqueueRuntime(lookup, r.KymaNamespace, &r.arrivals))).
 		WatchesRawSource(r.requeue.Source()).
 		WithOptions(opts).
 		Complete(r)
@@ -146,12 +188,10 @@ func (r *Reconciler) gained(gained func(runtime string) bool) error {
 
 // enqueueRuntime enqueues the Kyma of an event's runtime (listener.KymaOf:
 // the shared lookup, runtime-id label first, then name, bounded by the
-// listener's lookup timeout); events of unknown runtimes
-// are counted and dropped. With confirm > 0 the runtime is mirrored again
-// that much later: the SKR's admission webhook reports a change before the
-// API server stores it, so the first pass may read the Module CR as it was.
-// Enqueued events are noted in arrived (nil: not noted).
-func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm time.Duration, arrived *arrivals) handler.EventHandler {
+// listener's lookup timeout) and notes the event in arrived (nil: not
+// noted; the pass that takes it schedules the runtime's confirm pass);
+// events of unknown runtimes are counted and dropped.
+func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, arrived *arrivals) handler.EventHandler {
 	return handler.Funcs{
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			ev, ok := listener.EventFrom(e.Object)
@@ -170,17 +210,18 @@ func enqueueRuntime(lookup identity.RuntimeLookup, namespace string, confirm tim
 				req := reconcile.Request{NamespacedName: key}
 				arrived.note(key.String(), time.Now())
 				q.Add(req)
-				if confirm > 0 {
-					q.AddAfter(req, confirm)
-				}
 			}
 		},
 	}
 }
 
 // Reconcile mirrors the Kyma's runtime, or removes its ModuleConfigs when
-// the Kyma is gone or being deleted.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+// the Kyma is gone or being deleted. A pass that takes an event makes the
+// runtime's confirm pass due ConfirmDelay later (the SKR's admission
+// webhook reports a change before the API server stores it, so the
+// event's pass may read the Module CR as it was); every pass until then
+// comes back by that time at the latest.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	log := ctrl.LoggerFrom(ctx)
 	key := req.String()
 	ctx, done, ok := r.Shards.Begin(ctx, key)
@@ -191,7 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	defer done()
 	kyma := identity.NewKyma()
-	err := r.Client.Get(ctx, req.NamespacedName, kyma)
+	err = r.Client.Get(ctx, req.NamespacedName, kyma)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
@@ -204,6 +245,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		syncmetrics.MirrorPasses.WithLabelValues("removed").Inc()
 		r.Backoff.Forget(key)
+		r.arrivals.forget(key)
 		return reconcile.Result{}, nil
 	}
 	release, ok := r.Turns.Take(key, "mirror "+key, r.requeue.Wake(req))
@@ -214,10 +256,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: pacing.Wait}, nil
 	}
 	defer release()
-	if at, evented := r.arrivals.take(key); evented {
+	if at, evented := r.arrivals.begin(key, time.Now(), r.ConfirmDelay); evented {
 		syncmetrics.EventLatency.WithLabelValues("queued").Observe(time.Since(at).Seconds())
 		defer func() { syncmetrics.EventLatency.WithLabelValues("mirrored").Observe(time.Since(at).Seconds()) }()
 	}
+	defer func() {
+		if err == nil {
+			res.RequeueAfter = r.arrivals.next(key, time.Now(), res.RequeueAfter)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, r.PassTimeout)
 	defer cancel()
 	id := identity.RuntimeIDOf(kyma)
@@ -231,10 +278,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Info("runtime not mirrored", "runtimeID", id, "reason", skrclient.Bounded(err.Error()))
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
-	res, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
-	syncmetrics.MirrorWrites.WithLabelValues("created").Add(float64(res.Created))
-	syncmetrics.MirrorWrites.WithLabelValues("updated").Add(float64(res.Updated))
-	syncmetrics.MirrorWrites.WithLabelValues("deleted").Add(float64(res.Deleted))
+	synced, err := r.Mirror.Sync(ctx, skr, mirror.Kyma{Name: kyma.Name, Namespace: kyma.Namespace, UID: kyma.UID, RuntimeID: id})
+	syncmetrics.MirrorWrites.WithLabelValues("created").Add(float64(synced.Created))
+	syncmetrics.MirrorWrites.WithLabelValues("updated").Add(float64(synced.Updated))
+	syncmetrics.MirrorWrites.WithLabelValues("deleted").Add(float64(synced.Deleted))
 	if err != nil {
 		syncmetrics.MirrorPasses.WithLabelValues("failed").Inc()
 		if apierrors.IsConflict(err) {
@@ -244,9 +291,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: r.Backoff.When(key)}, nil
 	}
 	r.Conflicts.Forget(key)
-	if res.Writes() > 0 {
+	if synced.Writes() > 0 {
 		syncmetrics.MirrorPasses.WithLabelValues("synced").Inc()
-		log.V(1).Info("mirrored", "runtimeID", id, "created", res.Created, "updated", res.Updated, "deleted", res.Deleted)
+		log.V(1).Info("mirrored", "runtimeID", id, "created", synced.Created, "updated", synced.Updated, "deleted", synced.Deleted)
 	} else {
 		syncmetrics.MirrorPasses.WithLabelValues("unchanged").Inc()
 	}

@@ -7,6 +7,7 @@ package moduleconfigs
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -241,12 +243,14 @@ func TestReconcileFailures(t *testing.T) {
 }
 
 // TestEnqueueRuntime: an event of a known runtime (found by its runtime-id
-// label) enqueues its Kyma, at once and, with a confirm delay, again later;
-// events of unknown runtimes and objects that are no events are dropped,
-// and each is counted.
+// label) enqueues its Kyma at once (never a later pass: the pass
+// schedules the confirm pass, TestConfirmPassThroughTheControllerQueue) and
+// notes when it came; events of unknown runtimes and objects that are no
+// events are dropped, and each is counted.
 func TestEnqueueRuntime(t *testing.T) {
 	s := newSetup(t, fakecluster.Kyma(ns, "kyma-b", "", ""))
-	h := enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, time.Hour, nil)
+	var arrived arrivals
+	h := enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, &arrived)
 	q := &recordingQueue{TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())}
 	defer q.ShutDown()
 	ev := func(runtimeID string) event.GenericEvent {
@@ -280,15 +284,16 @@ func TestEnqueueRuntime(t *testing.T) {
 	if e, u, f := count("enqueued")-enqueued, count("unknown-runtime")-unknown, count("lookup-failed")-failed; e != 2 || u != 1 || f != 1 {
 		t.Errorf("events counted: %v enqueued, %v unknown, %v lookup-failed; want 2, 1, 1", e, u, f)
 	}
-	if len(q.after) != 2 || q.after[0] != time.Hour || q.after[1] != time.Hour {
-		t.Errorf("confirm passes after %v, want one an hour later for each enqueued event", q.after)
+	if len(q.after) != 0 {
+		t.Errorf("passes queued for later: %v", q.after)
 	}
-
-	s.kcp.Heal()
-	q.after = nil
-	enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, 0, nil).Generic(ctx, ev("runtime-a"), q)
-	if q.Len() != 1 || len(q.after) != 0 {
-		t.Errorf("without a confirm delay: %d queued, later %v; want one now and none later", q.Len(), q.after)
+	for _, kyma := range []string{kymaA.String(), ns + "/kyma-b"} {
+		if _, ok := arrived.begin(kyma, time.Now(), 0); !ok {
+			t.Errorf("the event of %s not noted", kyma)
+		}
+	}
+	if len(arrived.at) != 0 {
+		t.Errorf("noted besides the enqueued events: %v", arrived.at)
 	}
 }
 
@@ -301,4 +306,100 @@ type recordingQueue struct {
 func (q *recordingQueue) AddAfter(r reconcile.Request, d time.Duration) {
 	q.after = append(q.after, d)
 	q.TypedRateLimitingInterface.AddAfter(r, d)
+}
+
+// TestConfirmPassThroughTheControllerQueue (issue 36, the lost edit): the
+// SKR's webhook reports a change before the API server stores it, so the
+// pass an event starts may read the Module CR as it was; the confirm pass
+// ConfirmDelay later must then mirror the change. It runs the passes as
+// controller-runtime's worker does, on controller-runtime's own queue (the
+// priority queue, its default): a second, later add of an item that waits
+// in the queue merges into the first there, so a confirm pass scheduled
+// beside the event's pass was dropped, and the change waited for the
+// periodic pass (--mirror-interval).
+func TestConfirmPassThroughTheControllerQueue(t *testing.T) {
+	s := newSetup(t)
+	s.r.ConfirmDelay = 50 * time.Millisecond
+	q := priorityqueue.New[reconcile.Request]("confirm-test")
+	defer q.ShutDown()
+	// pass runs the next pass of the queue as controller-runtime's worker
+	// does; false when none comes within the bound (the interval is a
+	// minute).
+	pass := func() bool {
+		t.Helper()
+		got := make(chan reconcile.Request, 1)
+		go func() {
+			if req, shutdown := q.Get(); !shutdown {
+				got <- req
+			}
+		}()
+		select {
+		case req := <-got:
+			res, err := s.r.Reconcile(ctx, req)
+			if err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			q.Forget(req)
+			if res.RequeueAfter > 0 {
+				q.AddWithOpts(priorityqueue.AddOpts{After: res.RequeueAfter}, req)
+			}
+			q.Done(req)
+			return true
+		case <-time.After(10 * time.Second):
+			return false
+		}
+	}
+	s.reconcile(t) // the runtime mirrored, its next pass a minute away
+	ev := event.GenericEvent{Object: &unstructured.Unstructured{Object: map[string]any{listener.KeyRuntimeID: "runtime-a"}}}
+	enqueueRuntime(identity.NewKymaLookup(s.kcp, ns), ns, &s.r.arrivals).Generic(ctx, ev, q)
+	if !pass() {
+		t.Fatal("no pass for the event")
+	}
+	// The change is stored only now: the event's pass read the CR as it was.
+	if err := s.skr.Patch(ctx, serverlessCR(nil), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if !pass() {
+		t.Fatal("no confirm pass within 10 s of the event (ConfirmDelay 50 ms): the change waits for the periodic pass")
+	}
+	mcs := s.moduleConfigs(t)
+	if len(mcs) != 1 || !strings.Contains(string(mcs[0].Spec.Resource.Raw), `"replicas":2`) {
+		t.Errorf("after the confirm pass the ModuleConfig holds %v, want the stored change (replicas 2)", mcs)
+	}
+}
+
+// TestArrivalsConfirm: a pass that takes an event makes the confirm pass
+// due ConfirmDelay later; every pass until then asks to come back by then
+// at the latest, the first pass at or after it is the confirm pass, and
+// after it the passes keep their own delay.
+func TestArrivalsConfirm(t *testing.T) {
+	var a arrivals
+	t0 := time.Date(2026, 11, 27, 15, 0, 0, 0, time.UTC)
+	const rt = ns + "/kyma-a"
+	if _, ok := a.begin(rt, t0, 2*time.Second); ok {
+		t.Error("a pass took an event that never came")
+	}
+	if d := a.next(rt, t0, time.Minute); d != time.Minute {
+		t.Errorf("no event: next pass after %v, want the interval", d)
+	}
+	a.note(rt, t0)
+	a.note(rt, t0.Add(time.Millisecond)) // a second event before the pass: counted from the first
+	if at, ok := a.begin(rt, t0.Add(10*time.Millisecond), 2*time.Second); !ok || !at.Equal(t0) {
+		t.Errorf("the event's pass took %v, %v; want the first event at %v", at, ok, t0)
+	}
+	if d := a.next(rt, t0.Add(20*time.Millisecond), time.Minute); d != 1990*time.Millisecond {
+		t.Errorf("after the event's pass: next after %v, want the confirm pass in 1.99 s", d)
+	}
+	if d := a.next(rt, t0.Add(20*time.Millisecond), 50*time.Millisecond); d != 50*time.Millisecond {
+		t.Errorf("a retry sooner than the confirm pass: next after %v, want 50ms", d)
+	}
+	// A pass woken before the confirm pass is due (its turn came) is not it.
+	a.begin(rt, t0.Add(time.Second), 2*time.Second)
+	if d := a.next(rt, t0.Add(time.Second), time.Minute); d != 1010*time.Millisecond {
+		t.Errorf("after an earlier pass: next after %v, want the confirm pass in 1.01 s", d)
+	}
+	a.begin(rt, t0.Add(2010*time.Millisecond), 2*time.Second) // the confirm pass
+	if d := a.next(rt, t0.Add(2020*time.Millisecond), time.Minute); d != time.Minute {
+		t.Errorf("after the confirm pass: next after %v, want the interval", d)
+	}
 }

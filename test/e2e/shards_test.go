@@ -83,6 +83,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		at, err := sh.SetSampleGreeting(ctx, greeting, int64(edits%3+1))
 		Expect(err).NotTo(HaveOccurred())
 		timeout := time.After(within)
+		leg := "it did not reach the ModuleConfig either"
 		for {
 			select {
 			case o := <-obs:
@@ -91,11 +92,12 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 				}
 				if o.Where == "kcp" {
 					toKCP = append(toKCP, o.Time.Sub(at)) // the first leg: SKR → gateway → owner's mirror → ModuleConfig
+					leg = fmt.Sprintf("it reached the ModuleConfig after %s", o.Time.Sub(at))
 					continue
 				}
 				return o.Time.Sub(at)
 			case <-timeout:
-				Fail(fmt.Sprintf("edit %s did not reach the SKR object within %s", greeting, within))
+				Fail(fmt.Sprintf("edit %s did not reach the SKR object within %s (%s)", greeting, within, leg))
 			}
 		}
 	}
