@@ -1,7 +1,13 @@
 package pacing_test
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 )
@@ -61,5 +67,75 @@ func TestNoTurns(t *testing.T) {
 			t.Fatal("without turns every pass runs")
 		}
 		defer release()
+	}
+}
+
+// TestTurnsWakeThroughTheControllerQueue: the wake-up of a pass that found
+// its runtime busy reaches controller-runtime's own queue (the priority
+// queue, its default) and brings the pass back at once, not after the
+// fallback Wait, whether the turn is released after the waiting pass
+// ended (its RequeueAfter Wait already queued) or while it still runs (the
+// item locked in the queue).
+func TestTurnsWakeThroughTheControllerQueue(t *testing.T) {
+	for _, releaseWhile := range []string{"after the waiting pass ended", "while the waiting pass runs"} {
+		t.Run(releaseWhile, func(t *testing.T) {
+			q := priorityqueue.New[reconcile.Request]("turns-test")
+			defer q.ShutDown()
+			var requeue pacing.Requeue
+			if err := requeue.Source().Start(context.Background(), q); err != nil {
+				t.Fatal(err)
+			}
+			var turns pacing.Turns
+			b := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "kcp-system", Name: "sync-b"}}
+			// get is the worker's next item; false when none comes within
+			// a second (Wait is 5 s).
+			get := func() bool {
+				got := make(chan reconcile.Request, 1)
+				go func() {
+					if req, shutdown := q.Get(); !shutdown {
+						got <- req
+					}
+				}()
+				select {
+				case req := <-got:
+					if req != b {
+						t.Fatalf("got %v, want %v", req, b)
+					}
+					return true
+				case <-time.After(time.Second):
+					return false
+				}
+			}
+			release, ok := turns.Take("kcp-system/a", "mirror a", requeue.Wake(reconcile.Request{}))
+			if !ok {
+				t.Fatal("no turn for the first pass")
+			}
+			q.Add(b)
+			if !get() {
+				t.Fatal("the waiting pass never ran")
+			}
+			if _, ok := turns.Take("kcp-system/a", "sync b", requeue.Wake(b)); ok {
+				t.Fatal("a busy runtime gave a second turn")
+			}
+			if releaseWhile == "while the waiting pass runs" {
+				release()
+			}
+			// The pass ends as controller-runtime ends it: its result's
+			// RequeueAfter, then Done.
+			q.Forget(b)
+			q.AddWithOpts(priorityqueue.AddOpts{After: pacing.Wait}, b)
+			q.Done(b)
+			if releaseWhile == "after the waiting pass ended" {
+				release()
+			}
+			if !get() {
+				t.Fatalf("the released turn did not bring the waiting pass back within a second (fallback %s)", pacing.Wait)
+			}
+			if release, ok := turns.Take("kcp-system/a", "sync b", requeue.Wake(b)); !ok {
+				t.Error("no turn after the release")
+			} else {
+				release()
+			}
+		})
 	}
 }
