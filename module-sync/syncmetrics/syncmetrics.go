@@ -6,6 +6,7 @@ package syncmetrics
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -49,6 +50,13 @@ var (
 		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "skr_requests_total",
 		Help: "Requests sent to runtimes' API servers, by HTTP method.",
 	}, []string{"method"})
+	// SKRRequestDuration: how long runtimes' API servers took to answer,
+	// by HTTP method.
+	SKRRequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "skr_request_duration_seconds",
+		Help:    "Time until a runtime's API server answered a request (headers), by HTTP method.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"method"})
 	// Events counts listener events by outcome: enqueued, unknown-runtime, lookup-failed.
 	Events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: MetricsNamespace, Subsystem: MetricsSubsystem, Name: "events_total",
@@ -67,15 +75,18 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(MirrorPasses, MirrorWrites, SyncReconciles, SyncItems, SKRRequests, Events, EventLatency)
+	ctrlmetrics.Registry.MustRegister(MirrorPasses, MirrorWrites, SyncReconciles, SyncItems, SKRRequests, SKRRequestDuration, Events, EventLatency)
 }
 
 // CountRequests wraps a runtime client's transport to count its requests
-// (SKRRequests).
+// (SKRRequests) and time them (SKRRequestDuration).
 func CountRequests(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		SKRRequests.WithLabelValues(r.Method).Inc()
-		return rt.RoundTrip(r)
+		began := time.Now()
+		resp, err := rt.RoundTrip(r)
+		SKRRequestDuration.WithLabelValues(r.Method).Observe(time.Since(began).Seconds())
+		return resp, err
 	})
 }
 

@@ -21,6 +21,15 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 )
 
+// inOrder is d in milliseconds, one decimal.
+func inOrder(d []time.Duration) []float64 {
+	out := make([]float64, len(d))
+	for i, x := range d {
+		out[i] = float64(x.Microseconds()/100) / 10
+	}
+	return out
+}
+
 // Shards (ARCHITECTURE.md §3.13, docs/operations.md "Scaling"): module-sync
 // as 3 replicas that share the runtimes. A Module CR edit's event lands on
 // any replica through the real gateway (Envoy); the replicas that do not
@@ -128,6 +137,9 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 				out[stage+" ≤"+le+"s"], _ = promtext.Sum(text, "runtime_watcher_module_sync_event_latency_seconds_bucket", map[string]string{"stage": stage, "le": le})
 			}
 		}
+		for _, le := range []string{"0.01", "0.025", "0.05", "0.1", "0.25", "+Inf"} {
+			out["SKR GET/LIST ≤"+le+"s"], _ = promtext.Sum(text, "runtime_watcher_module_sync_skr_request_duration_seconds_bucket", map[string]string{"method": "GET", "le": le})
+		}
 		for _, result := range []string{"runtime-busy", "failed", "synced", "unchanged"} {
 			out["mirror "+result], _ = promtext.Sum(text, "runtime_watcher_module_sync_mirror_passes_total", map[string]string{"result": result})
 		}
@@ -171,6 +183,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 			twinStages = stages(ctx, ms.ModuleSyncMetricsURL())
 		}
 		baseline = roundTrips(ctx, 40)
+		GinkgoWriter.Printf("one module-sync, first leg per edit in order (ms): %v\n", inOrder(toKCP))
 		if ms, ok := env.(e2e.ModuleSyncEnvironment); ok {
 			AddReportEntry("one module-sync's stages during its 40 edits (events by the time from the listener to their mirror pass's start and end)", stagesDelta(twinStages, stages(ctx, ms.ModuleSyncMetricsURL())))
 		}
@@ -227,6 +240,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		retriesBefore := webhookRetries()
 		toKCP = nil
 		rt := roundTrips(ctx, 40)
+		GinkgoWriter.Printf("3 shards, first leg per edit in order (ms): %v\n", inOrder(toKCP))
 		// Attempts that came back to the webhook as failures (the gateway
 		// did not reach the owner): each costs the webhook's retry backoff.
 		retried := webhookRetries() - retriesBefore
