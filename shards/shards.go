@@ -299,21 +299,58 @@ func (s *Shards) SetOwned(n int) {
 func (s *Shards) NeedLeaderElection() bool { return false }
 
 // Start runs the member until ctx ends; then it ends its passes and
-// releases its Lease so that its runtimes move at once.
+// releases its Lease so that its runtimes move at once. Rounds come every
+// RetryPeriod, and every tenth of it while the membership settles (see
+// Settling), for at most one LeaseDuration after it began to settle.
 func (s *Shards) Start(ctx context.Context) error {
 	log := s.o.Log.WithValues("group", s.o.Group, "member", s.o.Identity)
 	log.Info("shard member starting", "leaseDuration", s.o.LeaseDuration, "renewDeadline", s.o.RenewDeadline, "retryPeriod", s.o.RetryPeriod)
-	t := s.o.Clock.NewTicker(s.o.RetryPeriod)
-	defer t.Stop()
+	var settlingSince time.Time
 	for {
 		s.Tick(ctx, log)
+		wait := s.o.RetryPeriod
+		switch {
+		case !s.Settling():
+			settlingSince = time.Time{}
+		case settlingSince.IsZero():
+			settlingSince = s.o.Clock.Now()
+			wait = s.o.RetryPeriod / 10
+		case s.o.Clock.Since(settlingSince) < s.o.LeaseDuration:
+			wait = s.o.RetryPeriod / 10
+		}
+		t := s.o.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			s.stop(log)
 			return nil
 		case <-t.C():
 		}
 	}
+}
+
+// Settling says whether the membership is settling: a live member's
+// published view (as of our last list) is not the view we work under, or
+// we have not listed since we published it. Until it settles, a runtime
+// whose owner changed is owned by nobody: its new owner waits to see the
+// others release it (issue 36: an event that came then was refused by
+// every replica and delivered again a second later). Start runs its rounds
+// faster meanwhile.
+func (s *Shards) Settling() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.fenced || !slices.Equal(s.confirmed, s.adopted) {
+		return true
+	}
+	for _, view := range s.others {
+		if !slices.Equal(view, s.adopted) {
+			return true
+		}
+	}
+	return false
 }
 
 // Tick is one round of the member: renew (publishing the adopted view),

@@ -45,6 +45,18 @@ func newMember(t *testing.T, cs kubernetes.Interface, group, id string) *member 
 	return &member{Shards: s, clock: c}
 }
 
+// waitFor polls cond (another goroutine's effect) for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling another goroutine's effect, bounded above
+	}
+}
+
 func (m *member) tick(t *testing.T) {
 	t.Helper()
 	m.Tick(context.Background(), logr.Discard())
@@ -331,6 +343,39 @@ func TestMembers(t *testing.T) {
 		if !b.Owns(r) {
 			t.Error("b does not own its runtime after a released it")
 		}
+	})
+
+	t.Run("while the membership settles rounds come every tenth of the retry period", func(t *testing.T) {
+		a := newMember(t, cs, "settle", "a")
+		b := newMember(t, cs, "settle", "b")
+		a.tick(t)
+		a.tick(t)
+		if a.Settling() {
+			t.Fatal("a single member that published and listed its view is settling")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = b.Start(ctx)
+		}()
+		t.Cleanup(func() { cancel(); <-stopped })
+		// b's first rounds: it adopts {a, b}; a still publishes {a}, so b
+		// waits for a's release of b's share and is settling.
+		waitFor(t, "b's first round", func() bool { return b.clock.HasWaiters() && b.Settling() })
+		if owned, _ := writers(t, a, b); owned["b"] != 0 {
+			t.Fatalf("b owns %d runtimes before a published a view with b", owned["b"])
+		}
+		a.tick(t) // a adopts {a, b} and publishes it
+		// b's next round comes a tenth of the retry period later, not a
+		// whole one (the runtimes it gained would be owned by nobody
+		// meanwhile).
+		b.clock.Step(DefaultRetryPeriod / 10)
+		waitFor(t, "b's share owned a tenth of the retry period after a published the view", func() bool {
+			owned, unowned := writers(t, a, b)
+			return owned["b"] > 0 && unowned == 0
+		})
+		waitFor(t, "b settled", func() bool { return !b.Settling() })
 	})
 
 	t.Run("leases list the members", func(t *testing.T) {
