@@ -301,21 +301,24 @@ func (s *Shards) NeedLeaderElection() bool { return false }
 // Start runs the member until ctx ends; then it ends its passes and
 // releases its Lease so that its runtimes move at once. Rounds come every
 // RetryPeriod, and every tenth of it while the membership settles (see
-// Settling), for at most one LeaseDuration after it began to settle.
+// Settling) — for at most one LeaseDuration after the last change of what
+// the members published (a member that cannot publish does not keep the
+// others in fast rounds).
 func (s *Shards) Start(ctx context.Context) error {
 	log := s.o.Log.WithValues("group", s.o.Group, "member", s.o.Identity)
 	log.Info("shard member starting", "leaseDuration", s.o.LeaseDuration, "renewDeadline", s.o.RenewDeadline, "retryPeriod", s.o.RetryPeriod)
-	var settlingSince time.Time
+	var (
+		views   string    // what the members published, as of the last round
+		changed time.Time // when that last changed
+	)
 	for {
 		s.Tick(ctx, log)
+		settling, now := s.settling()
+		if now != views {
+			views, changed = now, s.o.Clock.Now()
+		}
 		wait := s.o.RetryPeriod
-		switch {
-		case !s.Settling():
-			settlingSince = time.Time{}
-		case settlingSince.IsZero():
-			settlingSince = s.o.Clock.Now()
-			wait = s.o.RetryPeriod / 10
-		case s.o.Clock.Since(settlingSince) < s.o.LeaseDuration:
+		if settling && s.o.Clock.Since(changed) < s.o.LeaseDuration {
 			wait = s.o.RetryPeriod / 10
 		}
 		t := s.o.Clock.NewTimer(wait)
@@ -340,17 +343,23 @@ func (s *Shards) Settling() bool {
 	if s == nil {
 		return false
 	}
+	settling, _ := s.settling()
+	return settling
+}
+
+// settling is Settling and, as one string, the views we and the others
+// published.
+func (s *Shards) settling() (settling bool, views string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.fenced || !slices.Equal(s.confirmed, s.adopted) {
-		return true
+	settling = s.fenced || !slices.Equal(s.confirmed, s.adopted)
+	parts := []string{s.o.Identity + "=" + strings.Join(s.confirmed, ",")}
+	for id, view := range s.others {
+		settling = settling || !slices.Equal(view, s.adopted)
+		parts = append(parts, id+"="+strings.Join(view, ","))
 	}
-	for _, view := range s.others {
-		if !slices.Equal(view, s.adopted) {
-			return true
-		}
-	}
-	return false
+	slices.Sort(parts)
+	return settling, strings.Join(parts, ";")
 }
 
 // Tick is one round of the member: renew (publishing the adopted view),
