@@ -340,10 +340,18 @@ func TestShards(t *testing.T) {
 			live = append(live, id)
 			t.Logf("chaos %d: %s SIGKILLed (views without it after %s), %s added (views after %s)", round, victim, d, id, views("chaos: after "+id+" joined", live...))
 			changes += 2
-		case 1: // SIGKILL and restarted under its identity: to the others its Lease never lapses
+		case 1: // SIGKILL and restarted under its identity: to the others its Lease may never lapse
 			stop(victim, syscall.SIGKILL)
+			restarted := time.Now()
 			start(victim)
-			t.Logf("chaos %d: %s SIGKILLed and restarted under its identity: views settled after %s", round, victim, views("chaos: after "+victim+" restarted", live...))
+			// Its Lease still shows the view of before the kill: wait for
+			// the restarted process's own renewal first.
+			g.Eventually(func() bool {
+				l := &coordinationv1.Lease{}
+				err := kcp.Client.Get(ctx, client.ObjectKey{Namespace: shardsNS, Name: ShardGroup + "-shard-" + victim}, l)
+				return err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(restarted)
+			}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(gomega.BeTrue(), "the restarted "+victim+" renews its Lease")
+			t.Logf("chaos %d: %s SIGKILLed and restarted under its identity: renewed and views settled after %s", round, victim, time.Since(restarted)+views("chaos: after "+victim+" restarted", live...))
 			changes += 2 // when the restart outlasts its Lease, the others see it leave and come back
 		case 2: // SIGTERM (the Lease released), a new pod in its place
 			stop(victim, syscall.SIGTERM)
