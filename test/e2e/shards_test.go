@@ -245,11 +245,36 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 				ownerURL = r.MetricsURL
 			}
 		}
+		// The webhook's own account of its deliveries: how long each change
+		// waited until it was delivered (held back by the per-object
+		// interval, or by retries), cumulative buckets.
+		webhookLatency := func() map[string]float64 {
+			text, err := env.WebhookMetrics(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			out := map[string]float64{}
+			for _, le := range []string{"0.025", "0.05", "0.1", "0.25", "0.5", "1", "+Inf"} {
+				out["≤"+le+"s"], _ = promtext.Sum(text, "runtime_watcher_skr_webhook_delivery_latency_seconds_bucket", map[string]string{"le": le})
+			}
+			return out
+		}
+		// The last edit before (BeforeAll's) came right after the membership
+		// changed: its event may wait in the webhook for a second delivery,
+		// and every later change of the object then for the per-object
+		// interval after it. The measured edits begin when the webhook owes
+		// nothing (and roundTrips waits 1.1 s before the first).
+		Eventually(func(g Gomega) {
+			text, err := env.WebhookMetrics(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			depth, _ := promtext.Sum(text, "runtime_watcher_skr_webhook_queue_depth", nil)
+			g.Expect(depth).To(BeZero())
+		}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(Succeed(), "the webhook still owes deliveries")
 		ownerBefore := stages(ctx, ownerURL)
 		envoyBefore := envoyStats()
 		retriesBefore := webhookRetries()
+		latencyBefore := webhookLatency()
 		toKCP = nil
 		rt := roundTrips(ctx, 40)
+		AddReportEntry("the webhook's delivery latency during the 40 sharded edits (changes by the time until delivered)", stagesDelta(latencyBefore, webhookLatency()))
 		GinkgoWriter.Printf("3 shards, first leg per edit in order (ms): %v\n", inOrder(toKCP))
 		// Attempts that came back to the webhook as failures (the gateway
 		// did not reach the owner): each costs the webhook's retry backoff.
