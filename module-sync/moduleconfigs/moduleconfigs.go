@@ -228,6 +228,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if !ok {
 		// Another replica owns the runtime (its gain requeues it there).
 		syncmetrics.MirrorPasses.WithLabelValues("not-owner").Inc()
+		r.arrivals.forget(key)
 		return reconcile.Result{}, nil
 	}
 	defer done()
