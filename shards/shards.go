@@ -364,7 +364,8 @@ func (s *Shards) settling() (settling bool, views string) {
 
 // Tick is one round of the member: renew (publishing the adopted view),
 // list the members, adopt a new view when the live members changed. Start
-// calls it every RetryPeriod; tests call it directly.
+// calls it every RetryPeriod (a tenth of it while the membership
+// settles); tests call it directly.
 func (s *Shards) Tick(ctx context.Context, log logr.Logger) {
 	for range 3 { // a view change publishes and lists again at once
 		if !s.round(ctx, log) {
