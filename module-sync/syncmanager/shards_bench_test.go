@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +21,10 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
-var benchRuntimes = flag.Int("shardsbench.runtimes", 400, "runtimes of BenchmarkShards")
+var (
+	benchRuntimes = flag.Int("shardsbench.runtimes", 400, "runtimes of BenchmarkShards")
+	benchProfiles = flag.String("shardsbench.profiles", "", "directory for each process's heap profile (after the change, before the drift pass); empty: none")
+)
 
 // BenchmarkShards: module-sync over -shardsbench.runtimes runtimes (one
 // SyncResource with one ConfigMap each; every runtime's kubeconfig points
@@ -96,13 +102,15 @@ func shardRun(b *testing.B, n, shards int) shardRunResult {
 	drift := 20 * time.Second
 	metrics := map[string]string{}
 	pids := map[string]int{}
+	pprofs := map[string]string{}
 	began := time.Now()
 	for _, id := range ids {
 		addr := testenv.FreeAddr()
 		metrics[id] = "http://" + addr + "/metrics"
+		pprofs[id] = testenv.FreeAddr()
 		// The drift pass is the second pass; the first and the change
 		// converge long before it is due.
-		pids[id] = f.start(id, "--metrics-bind-address", addr, "--drift-interval", drift.String()).Process.Pid
+		pids[id] = f.start(id, "--metrics-bind-address", addr, "--pprof-bind-address", pprofs[id], "--drift-interval", drift.String()).Process.Pid
 	}
 	res.first = f.converge("first convergence", "v1", 10*time.Minute)
 	f.bump("v2")
@@ -118,6 +126,14 @@ func shardRun(b *testing.B, n, shards int) shardRunResult {
 			b.Fatal(err)
 		}
 		res.replicas = append(res.replicas, c)
+		if *benchProfiles != "" {
+			name := id
+			if name == "" {
+				name = "one"
+			}
+			saveHeapProfile(b, "http://"+pprofs[id]+"/debug/pprof/heap?gc=1",
+				filepath.Join(*benchProfiles, fmt.Sprintf("heap-%d-%s.pb.gz", n, name)))
+		}
 	}
 	// The second pass: every SyncResource's drift pass, counted by the
 	// processes' own metric; it must write nothing to the KCP.
@@ -159,6 +175,29 @@ func shardRun(b *testing.B, n, shards int) shardRunResult {
 	b.Logf("%d runtimes, %d shards: first convergence %s, change %s, second pass %s, re-own %s (total %s)",
 		n, shards, res.first.Round(time.Millisecond), res.change.Round(time.Millisecond), secondTo.Sub(secondFrom).Round(time.Second), res.reown.Round(time.Millisecond), time.Since(began).Round(time.Second))
 	return res
+}
+
+// saveHeapProfile writes a process's heap profile (after a GC) to path.
+func saveHeapProfile(b *testing.B, url, path string) {
+	resp, err := http.Get(url) //nolint:noctx // a benchmark's one request to its own child process
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // auditWrites are the KCP writes of SyncResources by module-sync, by

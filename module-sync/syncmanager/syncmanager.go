@@ -84,8 +84,11 @@ const (
 
 // Options configure New.
 type Options struct {
-	MetricsBindAddress      string
-	HealthProbeBindAddress  string
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's /debug/pprof there (heap profiles of a
+	// fleet: docs/performance.md); "" or "0" serves nothing.
+	PprofBindAddress        string
 	LeaderElection          bool
 	LeaderElectionNamespace string // default: KymaNamespace
 	// KymaNamespace holds the Kyma CRs, their kubeconfig Secrets, the
@@ -276,6 +279,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		PprofBindAddress:        o.PprofBindAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "module-sync.operator.kyma-project.io",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
