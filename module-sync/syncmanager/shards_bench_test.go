@@ -206,6 +206,11 @@ func shardRun(b *testing.B, n, shards int) shardRunResult {
 	b.Logf("%d runtimes, %d shards: first convergence %s, change %s, second pass %s, re-owned %s after SIGKILL, then a change %s (total %s)",
 		n, shards, res.first.Round(time.Millisecond), res.change.Round(time.Millisecond), secondTo.Sub(secondFrom).Round(time.Second),
 		res.reown.Round(time.Millisecond), res.changeAfterKill.Round(time.Millisecond), time.Since(began).Round(time.Second))
+	// Done with this fleet: its processes' drift passes would load the
+	// next run.
+	for name := range f.replicas {
+		f.stop(name, syscall.SIGKILL)
+	}
 	for _, r := range res.replicas {
 		b.Logf("%d runtimes, %d shards: process %q: %.0f KCP writes, CPU %s, VmHWM %.1f MiB", n, shards, r.id, r.writes, r.cpu.Round(time.Millisecond), float64(r.hwm)/(1<<20))
 	}
