@@ -287,6 +287,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.KymaNamespace: {}},
+			// Every replica caches every SyncResource, ModuleConfig and
+			// ModuleGrant of the namespace (not only its shard's);
+			// nothing here reads their managedFields (writes are
+			// server-side applies and status updates, which keep them).
+			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				identity.NewKyma(): {Transform: kymastore.Trim},
 				// Least privilege (docs/security.md): no Secret is cached
