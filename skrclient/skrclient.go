@@ -120,8 +120,8 @@ type KubeconfigClients struct {
 	// mappers: NewMapper's mapper of each cluster (ClusterOf the key),
 	// shared by the clients of its users (Runtimes.ForUser): what a
 	// cluster serves does not depend on who asks, and a dynamic mapper
-	// holds the whole cluster's discovery (about 0.6 MiB for a Kubernetes
-	// 1.34 API server, docs/performance.md).
+	// holds what it discovered of the cluster (docs/performance.md "Shards
+	// at scale").
 	mappers map[string]cachedMapper
 }
 
@@ -274,10 +274,10 @@ func NewRESTMapper(kinds map[schema.GroupVersionKind]bool) meta.RESTMapper {
 // a CRD installed later is found then). Its discovery asks for the
 // per-group documents (discovery.AcceptV1), not the aggregated one: given
 // the aggregated document the mapper takes in every resource the cluster
-// serves at its first lookup — about 0.4 MiB per runtime from a
-// Kubernetes 1.34 API server, most of module-sync's memory at scale
-// (docs/performance.md) — while per group it holds the list of groups and
-// the resources of the groups it was asked about.
+// serves at its first lookup — about 0.3 MiB from a Kubernetes 1.34 API
+// server, most of module-sync's memory at scale (docs/performance.md) —
+// while per group it holds the list of groups and the resources of the
+// groups it was asked about.
 func DynamicRESTMapper(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
 	next := httpClient.Transport
 	if next == nil {
