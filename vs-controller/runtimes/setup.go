@@ -2,12 +2,14 @@ package runtimes
 
 import (
 	"context"
+	"maps"
 	"sync/atomic"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +30,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // SetupWithManager registers the controller and an index of Kymas by
@@ -73,7 +76,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(NewKyma(), builder.WithPredicates(inNamespace, predicate.Funcs{UpdateFunc: kymaChanged})).
 		// Owns() needs the owner kind in the scheme; the Kyma is read as
 		// metadata only, so map the controller reference by hand.
-		Watches(&certmanagerv1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kymaOwner), builder.WithPredicates(inNamespace)).
+		Watches(&certmanagerv1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kymaOwner), builder.WithPredicates(inNamespace, predicate.Funcs{UpdateFunc: certificateChanged})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.kymasForSecret), builder.WithPredicates(inNamespace)).
 		Watches(&v1beta2.Watcher{}, &allKymas{r: r}, builder.WithPredicates(predicate.Funcs{UpdateFunc: watcherChanged})).
 		// Who holds a route: vs-controller's VirtualServices (created for
@@ -102,6 +105,26 @@ func kymaChanged(e event.UpdateEvent) bool {
 		RuntimeID(o) != RuntimeID(n) ||
 		o.GetLabels()[takeover.SkipReconciliationLabel] != n.GetLabels()[takeover.SkipReconciliationLabel] ||
 		controllerutil.ContainsFinalizer(o, Finalizer) != controllerutil.ContainsFinalizer(n, Finalizer)
+}
+
+// certificateChanged passes Certificate updates but those that only record
+// the trust evidence (trust.AnnotationEvidence, written by the pass itself).
+func certificateChanged(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	if o.GetAnnotations()[trust.AnnotationEvidence] == n.GetAnnotations()[trust.AnnotationEvidence] {
+		return true
+	}
+	oc, ok1 := o.(*certmanagerv1.Certificate)
+	nc, ok2 := n.(*certmanagerv1.Certificate)
+	if !ok1 || !ok2 || oc.Generation != nc.Generation || !equality.Semantic.DeepEqual(oc.Status, nc.Status) ||
+		!equality.Semantic.DeepEqual(oc.Labels, nc.Labels) || !equality.Semantic.DeepEqual(oc.OwnerReferences, nc.OwnerReferences) ||
+		(oc.DeletionTimestamp == nil) != (nc.DeletionTimestamp == nil) {
+		return true
+	}
+	oa, na := maps.Clone(oc.Annotations), maps.Clone(nc.Annotations)
+	delete(oa, trust.AnnotationEvidence)
+	delete(na, trust.AnnotationEvidence)
+	return !maps.Equal(oa, na)
 }
 
 // watcherChanged passes Watcher updates that can change a webhook: spec

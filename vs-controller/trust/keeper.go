@@ -23,7 +23,6 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
@@ -102,7 +101,6 @@ type Keeper struct {
 	// certSeries: the {runtime, ca} series of
 	// runtime_certificate_not_after_seconds set by the last scanLeaves.
 	certSeries map[[2]string]bool
-	pushed     sync.Map // runtime key -> pushedRuntime
 	// unknownSince: runtime key -> when its SKR state was first found
 	// unknown (time.Time); gone once it is known.
 	unknownSince sync.Map
@@ -115,15 +113,6 @@ type Keeper struct {
 	// The gateway certificate's CA, the one before and when it changed.
 	gatewayLeafCA, gatewayPrevCA string
 	gatewayChangedAt             time.Time
-}
-
-// pushedRuntime is what a runtime's SKR was last given: the gateway CAs of
-// its ca.crt, and the CA of its certificate (and of the one before, which
-// its webhook may still be serving until Settle has passed).
-type pushedRuntime struct {
-	gatewayFP          string
-	leafCA, prevLeafCA string
-	changedAt          time.Time
 }
 
 // published is what the reconciler uses: a runtime CA bundle that the
@@ -178,10 +167,11 @@ func (k *Keeper) Poke() {
 // runtime is to be reconciled again.
 func (k *Keeper) Changed() <-chan event.GenericEvent { return k.changed }
 
-// Forget drops what is known of a runtime (removed).
+// Forget drops what is known of a runtime (removed); its evidence goes
+// with its Certificate.
 func (k *Keeper) Forget(runtimeKey string) {
-	k.pushed.Delete(runtimeKey)
 	k.renewalSlots.Delete(runtimeKey)
+	k.unknownSince.Delete(runtimeKey)
 }
 
 func (k *Keeper) current() *published { return k.state.Load() }
@@ -379,35 +369,27 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 			used[i] = true
 		}
 	}
-	kymas := identity.NewKymaList()
-	if err := k.Cache.List(ctx, kymas, client.InNamespace(k.KymaNamespace)); err != nil {
+	rts, err := k.trustRuntimes(ctx)
+	if err != nil {
 		return nil, err
 	}
 	index := map[string]int{}
 	for i, c := range cas {
 		index[Fingerprint(c)] = i
 	}
-	now, hold := time.Now, k.UnknownHold
-	if k.Now != nil {
-		now = k.Now
-	}
+	hold := k.UnknownHold
 	if hold == 0 {
 		hold = DefaultUnknownHold
 	}
+	now := k.now()
 	holding := 0
-	for i := range kymas.Items {
-		ky := &kymas.Items[i]
-		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
-			continue
-		}
-		key := client.ObjectKeyFromObject(ky).String()
-		v, ok := k.pushed.Load(key)
-		if !ok {
-			first, seen := k.unknownSince.LoadOrStore(key, now())
-			if since := first.(time.Time); now().Sub(since) < hold {
+	for _, rt := range rts {
+		if !rt.known {
+			first, seen := k.unknownSince.LoadOrStore(rt.key, now)
+			if since := first.(time.Time); now.Sub(since) < hold {
 				holding++
 				if !seen && k.Recorder != nil {
-					ref := ky.DeepCopy()
+					ref := rt.kyma.DeepCopy()
 					ref.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 					k.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, ReasonTrustStateUnknown, "KeepCAs",
 						"%s", fmt.Sprintf("the runtime's SKR state is unknown: every CA of the runtime trust bundle is kept until it is known, at most until %s",
@@ -416,12 +398,12 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 			}
 			continue
 		}
-		k.unknownSince.Delete(key)
-		pr := v.(pushedRuntime)
-		if j, ok := index[pr.leafCA]; ok {
+		k.unknownSince.Delete(rt.key)
+		ev := rt.evidence
+		if j, ok := index[ev.CA]; ok {
 			used[j] = true
 		}
-		if j, ok := index[pr.prevLeafCA]; ok && time.Since(pr.changedAt) < k.Settle {
+		if j, ok := index[ev.PrevCA]; ok && ev.ChangedAt != nil && now.Sub(*ev.ChangedAt) < k.Settle {
 			used[j] = true
 		}
 	}
@@ -499,19 +481,14 @@ func (k *Keeper) renewGatewayCertificate(ctx context.Context, p *published) erro
 	if err != nil || leaf == nil || SignedBy(leaf, []*x509.Certificate{p.gatewayCurrent}) == 0 {
 		return err
 	}
-	kymas := identity.NewKymaList()
-	if err := k.Cache.List(ctx, kymas, client.InNamespace(k.KymaNamespace)); err != nil {
+	rts, err := k.trustRuntimes(ctx)
+	if err != nil {
 		return err
 	}
 	want := Fingerprint(p.gatewayCurrent)
 	waiting := 0
-	for i := range kymas.Items {
-		ky := &kymas.Items[i]
-		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
-			continue
-		}
-		held, _ := k.pushed.Load(client.ObjectKeyFromObject(ky).String())
-		if pr, _ := held.(pushedRuntime); !strings.Contains(pr.gatewayFP, ","+want+",") {
+	for _, rt := range rts {
+		if !strings.Contains(rt.evidence.Gateway, ","+want+",") {
 			waiting++
 		}
 	}
