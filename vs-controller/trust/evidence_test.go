@@ -55,7 +55,9 @@ func TestEvidenceDecidesOnAnotherReplica(t *testing.T) {
 	const settle = time.Minute
 	owner := &Keeper{Cache: c, KymaNamespace: keeperNS, Settle: settle, Now: clock}
 	leader := &Keeper{Cache: c, KymaNamespace: keeperNS, Settle: settle, Now: clock, UnknownHold: time.Hour}
-	writes := func() float64 { return testutil.ToFloat64(vsmetrics.RuntimeWrites.WithLabelValues("certificate-trust-evidence")) }
+	writes := func() float64 {
+		return testutil.ToFloat64(vsmetrics.RuntimeWrites.WithLabelValues("certificate-trust-evidence"))
+	}
 	ky := identity.NewKyma()
 	ky.SetNamespace(keeperNS)
 	ky.SetName(id)
