@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,9 +64,22 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
 	b := ctrl.NewControllerManagedBy(mgr)
+	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
+	if r.Shards != nil {
+		// Every replica reconciles the runtimes it owns; gained ones at
+		// once.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.Shards.OnChange(r.gained)
+		b = b.WatchesRawSource(r.requeue.Source())
+	}
 	if r.Trust != nil {
 		// A changed trust bundle re-reconciles every runtime.
 		r.Trust.Init(r.Client, r.KymaNamespace)
+		if r.Shards != nil {
+			// The keeper runs on every replica: the elected one keeps
+			// the bundles, the others follow (trust.Keeper.Follow).
+			r.Trust.Elected = mgr.Elected()
+		}
 		if err := mgr.Add(r.Trust); err != nil {
 			return err
 		}
@@ -82,8 +96,32 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// Who holds a route: vs-controller's VirtualServices (created for
 		// the route's owner, deleted from a loser), not Watcher status.
 		Watches(&istionetworkingv1.VirtualService{}, &allKymas{r: r}, builder.WithPredicates(routeHolderChanged{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(opts).
 		Complete(r)
+}
+
+// gained enqueues the runtimes this replica gained and counts those it
+// owns (runtime_watcher_shard_owned_runtimes{group="vs-controller"}).
+func (r *Reconciler) gained(gained func(runtime string) bool) error {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every Kyma, and its passes ask the owner
+	}
+	list := newKymaList()
+	if err := r.Client.List(context.Background(), list, client.InNamespace(r.KymaNamespace)); err != nil {
+		return err
+	}
+	owned := 0
+	for i := range list.Items {
+		key := client.ObjectKeyFromObject(&list.Items[i])
+		if r.Shards.Owns(key.String()) {
+			owned++
+		}
+		if gained(key.String()) {
+			r.requeue.Add(reconcile.Request{NamespacedName: key})
+		}
+	}
+	r.Shards.SetOwned(owned)
+	return nil
 }
 
 // kymaOwner maps a Certificate to the Kyma that controls it.
@@ -201,7 +239,11 @@ func (h *allKymas) fanOut(ctx context.Context, q workqueue.TypedRateLimitingInte
 		return
 	}
 	for i := range list.Items {
-		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		key := client.ObjectKeyFromObject(&list.Items[i])
+		if h.r.Shards != nil && !h.r.Shards.Owns(key.String()) {
+			continue // its owner's fan-out enqueues it there
+		}
+		q.Add(reconcile.Request{NamespacedName: key})
 	}
 }
 

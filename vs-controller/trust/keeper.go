@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,12 @@ type Keeper struct {
 	UnknownHold time.Duration
 	// Now is the clock of UnknownHold (time.Now when nil).
 	Now func() time.Time
+	// Elected, when set (shards, issue 36), is closed once this replica is
+	// the elected one: the keeper then runs on every replica; the elected
+	// one keeps the bundles (Sync), the others follow what it keeps
+	// (Follow) for the runtimes they own. Nil: the keeper runs on the
+	// leader only (the manager's leader election), as without shards.
+	Elected <-chan struct{}
 
 	// clientCA is what the client CA Secret was last written with (or
 	// found to hold).
@@ -176,19 +183,116 @@ func (k *Keeper) Forget(runtimeKey string) {
 
 func (k *Keeper) current() *published { return k.state.Load() }
 
+// NeedLeaderElection: without Elected the keeper runs on the leader only;
+// with it on every replica.
+func (k *Keeper) NeedLeaderElection() bool { return k.Elected == nil }
+
+// leads says whether this replica keeps the bundles (Sync) rather than
+// follows them.
+func (k *Keeper) leads() bool {
+	if k.Elected == nil {
+		return true
+	}
+	select {
+	case <-k.Elected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Start refreshes until ctx ends.
 func (k *Keeper) Start(ctx context.Context) error {
 	t := time.NewTicker(k.Interval)
 	defer t.Stop()
+	elected := k.Elected
 	for {
-		k.Sync(ctx)
+		if k.leads() {
+			k.Sync(ctx)
+		} else {
+			k.Follow(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-k.poke:
+		case <-elected:
+			elected = nil // elected now: keep the bundles at once
 		}
 	}
+}
+
+// Follow is one pass of a replica that is not the elected one (shards):
+// it publishes, for the runtimes it owns, the trust the elected replica
+// keeps, read without writing anything — the runtime CAs of the sealed
+// store (and the CA Secret's current CA) that the gateway's client CA
+// Secret holds, and the gateway CAs of its sealed store (and the gateway
+// CA Secret's current CA). It never adds trust the elected replica did not
+// give the gateway: the client CA Secret is the gate, as in Sync.
+func (k *Keeper) Follow(ctx context.Context) {
+	prev := k.current()
+	next := &published{}
+	if prev != nil {
+		*next = *prev
+	}
+	if err := k.Runtime.Load(ctx); err != nil {
+		k.Log.Error(err, "read the runtime CA trust the elected replica keeps")
+	} else if cas := k.Runtime.CAs(); len(cas) > 0 {
+		held, err := k.clientCAs(ctx)
+		if err != nil {
+			k.Log.Error(err, "read the gateway's client CA Secret; the runtime CA bundle published before is kept", "secret", k.ClientCASecret.String())
+		} else {
+			if held != nil {
+				cas = slices.DeleteFunc(cas, func(c *x509.Certificate) bool { return !slices.ContainsFunc(held, c.Equal) })
+			}
+			var b []byte
+			if len(cas) > 0 {
+				b = EncodeBundle(cas)
+			}
+			if prev == nil || !bytes.Equal(b, prev.runtimeBundle) {
+				// Seen now: Settle counts from here (later than the
+				// elected replica's write, never earlier).
+				next.runtimeBundle, next.runtimeSince = b, k.now()
+			}
+			next.runtimeCAs, next.runtimeCurrent = cas, k.Runtime.Current()
+		}
+	}
+	if k.Gateway != nil {
+		if err := k.Gateway.Load(ctx); err != nil {
+			k.Log.Error(err, "read the gateway CA trust the elected replica keeps")
+		} else if b := k.Gateway.Bundle(); b != nil {
+			next.gatewayBundle, next.gatewayCAs, next.gatewayCurrent = b, k.Gateway.CAs(), k.Gateway.Current()
+		}
+	}
+	k.state.Store(next)
+	if prev == nil || !bytes.Equal(prev.runtimeBundle, next.runtimeBundle) || !bytes.Equal(prev.gatewayBundle, next.gatewayBundle) {
+		k.Log.Info("trust bundles kept by the elected replica published; every runtime owned here is re-reconciled", "runtimeCAs", len(next.runtimeCAs), "gatewayCAs", len(next.gatewayCAs))
+		select {
+		case k.changed <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
+		default:
+		}
+	}
+}
+
+// clientCAs are the CAs the gateway's client CA Secret holds; nil without
+// a client CA Secret (nothing gates the bundle), empty when it is absent.
+func (k *Keeper) clientCAs(ctx context.Context) ([]*x509.Certificate, error) {
+	if k.ClientCASecret.Name == "" {
+		return nil, nil
+	}
+	s := &corev1.Secret{}
+	if err := k.Client.Get(ctx, k.ClientCASecret, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return []*x509.Certificate{}, nil
+		}
+		return nil, err
+	}
+	cas, _ := ParseBundle(s.Data["ca.crt"])
+	if cas == nil {
+		cas = []*x509.Certificate{}
+	}
+	return cas, nil
 }
 
 // Sync is one pass: refresh, publish, renew the gateway certificate, fill
