@@ -95,7 +95,9 @@ func TestShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmDone := make(chan error, 1)
-	go func() { cmDone <- cmcontrollers.Run(ctx, cmcontrollers.Options{Kubeconfig: kcp.KubeconfigPath, Log: logr.Discard()}) }()
+	go func() {
+		cmDone <- cmcontrollers.Run(ctx, cmcontrollers.Options{Kubeconfig: kcp.KubeconfigPath, Log: logr.Discard()})
+	}()
 	t.Cleanup(func() { cancel(); <-cmDone })
 
 	kubeconfig, err := os.ReadFile(skr.KubeconfigPath)
