@@ -237,6 +237,9 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 // input is left out, not reported (the elected replica reports it).
 func (a *Anchor) Load(ctx context.Context) error {
 	now := a.now()
+	if a.Seal != nil {
+		a.Seal.Reread() // the elected replica may have advanced the epoch
+	}
 	cm := &corev1.ConfigMap{}
 	if err := a.Client.Get(ctx, a.Store, cm); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read trust store %s: %w", a.Store, err)
