@@ -45,7 +45,6 @@ func TestNotOwnerWritesNothing(t *testing.T) {
 	}
 }
 
-
 // TestHealthRuntimesWithShards: with shards the health evaluator stays on
 // the elected replica and looks after every runtime whose pass completed
 // on any replica — known from the trust evidence on its Certificate — not
