@@ -11,26 +11,9 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-func newCA(t *testing.T, name string) *pki.CA {
-	t.Helper()
-	ca, err := pki.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-func bundleOf(cas ...*pki.CA) []byte {
-	var b []byte
-	for _, ca := range cas {
-		b = append(b, ca.PEM...)
-	}
-	return b
-}
-
 func TestParseCABundle(t *testing.T) {
 	now := time.Now()
-	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	a, b := pki.MustCA(t, "ca-a"), pki.MustCA(t, "ca-b")
 	expired, err := pki.NewCAValid("ca-expired", now.Add(-48*time.Hour), now.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -55,16 +38,16 @@ func TestParseCABundle(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "one CA", data: a.PEM, cas: 1, notAfter: a.Cert.NotAfter},
-		{name: "bundle", data: bundleOf(a, b), cas: 2, notAfter: a.Cert.NotAfter},
+		{name: "bundle", data: pki.Bundle(a, b), cas: 2, notAfter: a.Cert.NotAfter},
 		{name: "text between blocks", data: append(append([]byte("subject=CN=ca-a\n"), a.PEM...), append([]byte("\n# next\n"), b.PEM...)...), cas: 2},
-		{name: "an expired CA among valid ones", data: bundleOf(expired, a), cas: 2, expired: 1, notAfter: expired.Cert.NotAfter},
+		{name: "an expired CA among valid ones", data: pki.Bundle(expired, a), cas: 2, expired: 1, notAfter: expired.Cert.NotAfter},
 		{name: "a CA not valid yet", data: future.PEM, cas: 1, notAfter: future.Cert.NotAfter},
 		{name: "empty", data: nil, wantErr: "no PEM certificate"},
 		{name: "garbage", data: []byte("this is not PEM\x00\x01"), wantErr: "no PEM certificate"},
 		{name: "only expired CAs", data: expired.PEM, wantErr: "every CA in it expired"},
-		{name: "a leaf", data: bundleOf(a, &pki.CA{PEM: leaf.CertPEM}), wantErr: "certificate 2 (CN=runtime-1) is not a CA"},
-		{name: "a private key", data: append(bundleOf(a), key...), wantErr: `PEM block 2 is a "EC PRIVATE KEY"`},
-		{name: "a certificate that does not parse", data: append(bundleOf(a), broken...), wantErr: "certificate 2:"},
+		{name: "a leaf", data: pki.Bundle(a, &pki.CA{PEM: leaf.CertPEM}), wantErr: "certificate 2 (CN=runtime-1) is not a CA"},
+		{name: "a private key", data: append(pki.Bundle(a), key...), wantErr: `PEM block 2 is a "EC PRIVATE KEY"`},
+		{name: "a certificate that does not parse", data: append(pki.Bundle(a), broken...), wantErr: "certificate 2:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := filewatch.ParseCABundle(tc.data, now)

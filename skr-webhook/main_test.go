@@ -268,13 +268,20 @@ runtime_watcher_skr_webhook_admission_requests_total{manager="lifecycle-manager"
 		t.Error(err)
 	}
 	// A broken ca.crt keeps the trust in use and is counted once; the
-	// content in use again is no reload.
+	// content in use again is no reload. Each content replaces the file
+	// at once, as the kubelet swaps a mounted Secret: written in place, the
+	// watcher may also read the truncated, empty file between the two
+	// steps and rightly count a second error (CI at 0208066 did).
 	caPEM, err := os.ReadFile(env.app.cfg.caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, data := range [][]byte{[]byte("garbage"), caPEM} {
-		if err := os.WriteFile(env.app.cfg.caFile, data, 0o600); err != nil {
+		next := env.app.cfg.caFile + ".next"
+		if err := os.WriteFile(next, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(next, env.app.cfg.caFile); err != nil {
 			t.Fatal(err)
 		}
 		if env.app.caFile.Reload() {

@@ -20,23 +20,6 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/volume"
 )
 
-func newCA(t *testing.T, name string) *pki.CA {
-	t.Helper()
-	ca, err := pki.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-func bundleOf(cas ...*pki.CA) []byte {
-	var b []byte
-	for _, ca := range cas {
-		b = append(b, ca.PEM...)
-	}
-	return b
-}
-
 // fixture is a Watcher on a CA file in a kubelet-style volume, with a log
 // and the roots it applied.
 type fixture struct {
@@ -116,7 +99,7 @@ func (f *fixture) reloads(result string) float64 {
 // timing): a change applies a usable bundle, a bad one keeps the bundle in
 // use and is counted and logged once.
 func TestReload(t *testing.T) {
-	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	a, b := pki.MustCA(t, "ca-a"), pki.MustCA(t, "ca-b")
 	expired, err := pki.NewCAValid("ca-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +112,7 @@ func TestReload(t *testing.T) {
 		t.Fatal("an unchanged file counted as a reload")
 	}
 
-	f.write(bundleOf(a, b))
+	f.write(pki.Bundle(a, b))
 	if !f.w.Reload() || f.inUse() != "ca-a+ca-b" {
 		t.Fatalf("A+B not applied: in use %q", f.inUse())
 	}
@@ -144,7 +127,7 @@ func TestReload(t *testing.T) {
 		t.Errorf("not-after gauge %v, want B's %d", got, b.Cert.NotAfter.Unix())
 	}
 
-	for i, bad := range [][]byte{[]byte("garbage"), nil, expired.PEM, append(bundleOf(a), "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"...)} {
+	for i, bad := range [][]byte{[]byte("garbage"), nil, expired.PEM, append(pki.Bundle(a), "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"...)} {
 		f.write(bad)
 		if f.w.Reload() || f.inUse() != "ca-b" {
 			t.Fatalf("bad file %d: in use %q, want ca-b kept", i, f.inUse())
@@ -190,7 +173,7 @@ func TestReload(t *testing.T) {
 // poll interval is an hour, so only the file events can trigger a reload).
 func TestWatch(t *testing.T) {
 	g := NewWithT(t)
-	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	a, b := pki.MustCA(t, "ca-a"), pki.MustCA(t, "ca-b")
 	f := newFixture(t, a.PEM)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -202,7 +185,7 @@ func TestWatch(t *testing.T) {
 	g.Eventually(f.logText).Should(ContainSubstring(`"fsnotify"=true`))
 	g.Expect(testutil.ToFloat64(f.metrics.cas)).To(Equal(1.0))
 
-	f.write(bundleOf(a, b))
+	f.write(pki.Bundle(a, b))
 	g.Eventually(f.inUse).Should(Equal("ca-a+ca-b"))
 	g.Expect(testutil.ToFloat64(f.metrics.cas)).To(Equal(2.0))
 	f.write(b.PEM)
@@ -226,7 +209,7 @@ func TestWatch(t *testing.T) {
 	g.Expect(os.WriteFile(tmp, b.PEM, 0o600)).To(Succeed())
 	g.Expect(os.Rename(tmp, plain)).To(Succeed())
 	g.Eventually(f2.inUse).Should(Equal("ca-b"))
-	g.Expect(os.WriteFile(plain, bundleOf(a, b), 0o600)).To(Succeed()) // in place
+	g.Expect(os.WriteFile(plain, pki.Bundle(a, b), 0o600)).To(Succeed()) // in place
 	g.Eventually(f2.inUse).Should(Equal("ca-a+ca-b"))
 }
 
@@ -234,7 +217,7 @@ func TestWatch(t *testing.T) {
 // is re-read every Interval.
 func TestPoll(t *testing.T) {
 	g := NewWithT(t)
-	a, b := newCA(t, "ca-a"), newCA(t, "ca-b")
+	a, b := pki.MustCA(t, "ca-a"), pki.MustCA(t, "ca-b")
 	f := newFixture(t, a.PEM)
 	f.w.Interval = 20 * time.Millisecond
 	f.w.pollOnly = true

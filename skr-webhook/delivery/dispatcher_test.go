@@ -75,6 +75,9 @@ func (s *scripted) count(name string) int {
 func watch(name string) contract.WatchEvent { return key(name).Event() }
 
 // metric reads one counter or gauge (labels as name=value pairs) from reg.
+// The dispatcher exports every series it has from the start (zeros
+// included), so a name or label reg does not gather fails the test: a
+// misspelt one cannot pass as "nothing happened".
 func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -101,7 +104,9 @@ func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...strin
 				return float64(m.Histogram.GetSampleCount())
 			}
 		}
+		t.Fatalf("metric %s: no series with labels %v", name, labels)
 	}
+	t.Fatalf("metric %s: reg gathers no family of that name", name)
 	return 0
 }
 

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -32,6 +33,25 @@ type CA struct {
 // NewCA creates a CA valid for a day.
 func NewCA(name string) (*CA, error) {
 	return NewCAValid(name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// MustCA is NewCA for a test: it fails t instead of returning an error.
+func MustCA(t testing.TB, name string) *CA {
+	t.Helper()
+	ca, err := NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// Bundle is the PEM bundle of cas, in order, as a CA file holds them.
+func Bundle(cas ...*CA) []byte {
+	var b []byte
+	for _, ca := range cas {
+		b = append(b, ca.PEM...)
+	}
+	return b
 }
 
 // NewCAValid creates a CA valid from notBefore to notAfter.

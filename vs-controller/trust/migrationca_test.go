@@ -48,7 +48,7 @@ func lmFixtureCAs(t *testing.T) []byte {
 
 func TestParseCAs(t *testing.T) {
 	now := time.Now()
-	ca := newCA(t, "ca")
+	ca := pki.MustCA(t, "ca")
 	expired, err := pki.NewCAValid("expired", now.Add(-2*time.Hour), now.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestParseCAs(t *testing.T) {
 }
 
 func TestMerge(t *testing.T) {
-	a, b := newCA(t, "a"), newCA(t, "b")
+	a, b := pki.MustCA(t, "a"), pki.MustCA(t, "b")
 	out, added := trust.Merge(a.PEM, nil)
 	if string(out) != string(a.PEM) || added != 0 {
 		t.Errorf("no extra: %q, %d", out, added)

@@ -58,8 +58,8 @@ func storeHolds(t *testing.T, c client.Client) []string {
 func TestPoisonedStoreRefused(t *testing.T) {
 	forgetCAs("poison-test")
 	c := fake.NewClientBuilder().Build()
-	ca1, ca2 := newCA(t, "ca-1"), newCA(t, "ca-2")
-	evil, other := newCA(t, "evil"), newCA(t, "other-anchor")
+	ca1, ca2 := pki.MustCA(t, "ca-1"), pki.MustCA(t, "ca-2")
+	evil, other := pki.MustCA(t, "evil"), pki.MustCA(t, "other-anchor")
 	leaf, err := evil.Issue(pki.LeafOptions{CommonName: "not-a-ca"})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestPoisonedStoreRefused(t *testing.T) {
 func TestStoreWithoutSealKeyRemembersNothing(t *testing.T) {
 	forgetCAs("unsealed-test")
 	c := fake.NewClientBuilder().Build()
-	old, cur := newCA(t, "old"), newCA(t, "current")
+	old, cur := pki.MustCA(t, "old"), pki.MustCA(t, "current")
 	if err := c.Create(context.Background(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: storeKey.Namespace, Name: storeKey.Name},
 		Data:       map[string]string{trust.StoreKey: string(old.PEM)},
@@ -174,7 +174,7 @@ func TestSealKeyTooShortFails(t *testing.T) {
 func TestCASecretMustHoldACAOfItsKey(t *testing.T) {
 	forgetCAs("ca-secret-test")
 	c := fake.NewClientBuilder().Build()
-	good, evil := newCA(t, "good"), newCA(t, "evil")
+	good, evil := pki.MustCA(t, "good"), pki.MustCA(t, "evil")
 	leaf, err := good.Issue(pki.LeafOptions{CommonName: "leaf"})
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestCASecretMustHoldACAOfItsKey(t *testing.T) {
 func TestRetiredCANotReplayed(t *testing.T) {
 	forgetCAs("replay-test")
 	c := fake.NewClientBuilder().Build()
-	old, cur := newCA(t, "old"), newCA(t, "current")
+	old, cur := pki.MustCA(t, "old"), pki.MustCA(t, "current")
 	oldInUse := true
 	inUse := func(_ context.Context, cas []*x509.Certificate) ([]bool, error) {
 		out := make([]bool, len(cas))

@@ -46,15 +46,6 @@ func setSecret(t *testing.T, c client.Client, data map[string][]byte) {
 	}
 }
 
-func newCA(t *testing.T, name string) *pki.CA {
-	t.Helper()
-	ca, err := pki.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
 func held(a *trust.Anchor) []string {
 	var out []string
 	for _, c := range a.CAs() {
@@ -75,7 +66,7 @@ func refresh(t *testing.T, a *trust.Anchor) bool {
 func TestRotationKeepsOldUntilUnused(t *testing.T) {
 	forgetCAs("runtime-test")
 	c := fake.NewClientBuilder().Build()
-	ca1, ca2 := newCA(t, "ca-1"), newCA(t, "ca-2")
+	ca1, ca2 := pki.MustCA(t, "ca-1"), pki.MustCA(t, "ca-2")
 	inUse := map[string]bool{}
 	newAnchor := func() *trust.Anchor {
 		// A restart: a new Seal reads the key Secret the first one created.
@@ -158,7 +149,7 @@ func TestBadInputKeepsTrust(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	logger, lines := logLines()
 	a := &trust.Anchor{Name: "bad-input-test", Client: c, Secret: secretKey, Store: storeKey, Log: logger, Recorder: rec}
-	ca := newCA(t, "good")
+	ca := pki.MustCA(t, "good")
 	good := map[string][]byte{"tls.crt": ca.PEM}
 	setSecret(t, c, good)
 	refresh(t, a)
@@ -256,7 +247,7 @@ func TestBadInputKeepsTrust(t *testing.T) {
 func TestExpiredCALeavesTheBundle(t *testing.T) {
 	forgetCAs("expiry-test")
 	c := fake.NewClientBuilder().Build()
-	cur := newCA(t, "current")
+	cur := pki.MustCA(t, "current")
 	old, err := pki.NewCAValid("old", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Minute))
 	if err != nil {
 		t.Fatal(err)
