@@ -41,14 +41,7 @@ func TestEvidenceDecidesOnAnotherReplica(t *testing.T) {
 	if err := c.Create(ctx, &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: keeperNS, Name: certificates.Name(id)}}); err != nil {
 		t.Fatal(err)
 	}
-	oldCA, err := pki.NewCA("old-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newCA, err := pki.NewCA("new-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	oldCA, newCA := pki.MustCA(t, "old-ca"), pki.MustCA(t, "new-ca")
 	cas := []*x509.Certificate{oldCA.Cert, newCA.Cert}
 	now := time.Now()
 	clock := func() time.Time { return now }

@@ -37,7 +37,7 @@ func TestFollowerPublishesOnlyWhatTheGatewayTrusts(t *testing.T) {
 		return k
 	}
 	leader, follower := keeper(), keeper()
-	ca1, ca2 := mustCA(t, "ca-1"), mustCA(t, "ca-2")
+	ca1, ca2 := pki.MustCA(t, "ca-1"), pki.MustCA(t, "ca-2")
 	putSecret(t, c, caSecret.Name, map[string][]byte{"tls.crt": ca1.PEM})
 	leaf1 := mustLeaf(t, ca1, "runtime-a", time.Now().Add(time.Hour))
 	leaf2 := mustLeaf(t, ca2, "runtime-a", time.Now().Add(time.Hour))
@@ -83,13 +83,4 @@ func TestFollowerPublishesOnlyWhatTheGatewayTrusts(t *testing.T) {
 	if got, want := string(follower.current().runtimeBundle), string(leader.current().runtimeBundle); got != want {
 		t.Errorf("the follower's runtime bundle differs from the elected replica's:\n%s\nwant\n%s", got, want)
 	}
-}
-
-func mustCA(t *testing.T, name string) *pki.CA {
-	t.Helper()
-	ca, err := pki.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
 }
