@@ -87,10 +87,7 @@ func TestShards(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runtimeCA, err := pki.NewCA("vs-controller shards CA")
-	if err != nil {
-		t.Fatal(err)
-	}
+	runtimeCA := pki.MustCA(t, "vs-controller shards CA")
 	if err := cmcontrollers.InstallCA(ctx, kcp.Client, runtimeCA, kymaNS, issuerName); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +95,12 @@ func TestShards(t *testing.T) {
 	go func() {
 		cmDone <- cmcontrollers.Run(ctx, cmcontrollers.Options{Kubeconfig: kcp.KubeconfigPath, Log: logr.Discard()})
 	}()
-	t.Cleanup(func() { cancel(); <-cmDone })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-cmDone; err != nil {
+			t.Errorf("cert-manager's controllers: %v", err)
+		}
+	})
 
 	kubeconfig, err := os.ReadFile(skr.KubeconfigPath)
 	if err != nil {
