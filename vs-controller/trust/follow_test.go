@@ -75,6 +75,9 @@ func TestFollowerPublishesOnlyWhatTheGatewayTrusts(t *testing.T) {
 	if !trusts(follower, leaf1) {
 		t.Error("the follower dropped the CA the gateway trusts")
 	}
+	if cur := follower.current().runtimeCurrent; cur == nil || !cur.Equal(ca1.Cert) {
+		t.Error("the follower takes the new CA as current (and would ask renewals by it) before the gateway trusts it")
+	}
 	leader.Sync(ctx)
 	follower.Follow(ctx)
 	if !trusts(follower, leaf2) {

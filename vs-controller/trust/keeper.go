@@ -255,7 +255,16 @@ func (k *Keeper) Follow(ctx context.Context) {
 				// elected replica's write, never earlier).
 				next.runtimeBundle, next.runtimeSince = b, k.now()
 			}
-			next.runtimeCAs, next.runtimeCurrent = cas, k.Runtime.Current()
+			// The current CA only once the gateway trusts it: renewals
+			// by it are asked for only then (as the elected replica does).
+			cur := k.Runtime.Current()
+			if cur != nil && !slices.ContainsFunc(cas, cur.Equal) {
+				cur = nil
+				if prev != nil {
+					cur = prev.runtimeCurrent
+				}
+			}
+			next.runtimeCAs, next.runtimeCurrent = cas, cur
 		}
 	}
 	if k.Gateway != nil {
