@@ -19,6 +19,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
+	"github.com/seed-c8be168e/runtime-watcher/test/shardaudit"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -252,7 +253,7 @@ func auditWrites(b *testing.B, path string) map[string][]time.Time {
 	sc := bufio.NewScanner(fh)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
-		var e auditEvent
+		var e shardaudit.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			b.Fatal(err)
 		}
