@@ -372,6 +372,36 @@ var _ = Describe("the KCP manifests", func() {
 					Expect(covered).To(BeTrue(), "Deployment %s has no PodDisruptionBudget", d.Name)
 				}
 			})
+
+			// Issue 36: vs-controller and module-sync share the runtimes
+			// across replicas; each pod is a member under its own name.
+			DescribeTable("run the per-runtime components as shards: replicas that are members under their pod's name, spread over nodes, drained one at a time",
+				func(name string) {
+					var d appsv1.Deployment
+					one(objs, "Deployment", name, &d)
+					if dir == "manifests/kcp/base" {
+						Expect(d.Spec.Replicas).To(HaveValue(BeNumerically(">=", 3))) // the kind overlay runs one each
+					}
+					args := containerArgs(container(&d, name))
+					Expect(args).To(HaveKeyWithValue("shard-identity", "pod-metadata-name"), "each pod is a member under its own name")
+					Expect(args).To(HaveKeyWithValue("leader-elect", "true"), "the cluster-wide work stays with one elected replica")
+					aff := d.Spec.Template.Spec.Affinity
+					Expect(aff).NotTo(BeNil())
+					Expect(aff.PodAntiAffinity).NotTo(BeNil())
+					terms := aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+					Expect(terms).NotTo(BeEmpty())
+					Expect(terms[0].PodAffinityTerm.TopologyKey).To(Equal("kubernetes.io/hostname"))
+					sel, err := metav1.LabelSelectorAsSelector(terms[0].PodAffinityTerm.LabelSelector)
+					Expect(err).NotTo(HaveOccurred())
+					Expect(sel.Matches(labels.Set(d.Spec.Template.Labels))).To(BeTrue(), "the anti-affinity selects the Deployment's own pods")
+					var pdb policyv1.PodDisruptionBudget
+					one(objs, "PodDisruptionBudget", name, &pdb)
+					Expect(pdb.Spec.MaxUnavailable).NotTo(BeNil())
+					Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
+				},
+				Entry("vs-controller", "vs-controller"),
+				Entry("module-sync", "module-sync"),
+			)
 		})
 	}
 

@@ -38,6 +38,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	// --kubeconfig, read by ctrl.GetConfig.
 	ctrlconfig.RegisterFlags(fs)
 	fs.StringVar(&c.o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the /metrics endpoint; \"0\" disables it")
+	fs.StringVar(&c.o.PprofBindAddress, "pprof-bind-address", "", "address of Go's /debug/pprof (profiles for measuring, docs/performance.md); empty: none")
 	fs.StringVar(&c.o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&c.o.LeaderElection, "leader-elect", false, "use leader election (the controllers run on one replica; the listener serves and is ready on every replica, one that does not lead answers events 503 with Retry-After)")
 	fs.StringVar(&c.o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")

@@ -43,6 +43,10 @@ func (r *Runtimes) ForUser(ctx context.Context, runtimeID, user string) (client.
 	return r.client(ctx, runtimeID, user)
 }
 
+// userSeparator separates a runtime's key from the user its client acts
+// as (ClusterOf).
+const userSeparator = "\x00"
+
 // Key is the key of runtimeID's client in Clients.
 func (r *Runtimes) Key(runtimeID string) string { return r.Namespace + "/" + runtimeID }
 
@@ -62,7 +66,7 @@ func (r *Runtimes) client(ctx context.Context, runtimeID, user string) (client.C
 		if kubeconfig, err = impersonating(kubeconfig, user); err != nil {
 			return nil, fmt.Errorf("kubeconfig Secret %s: %w", SecretName(runtimeID), err)
 		}
-		key += "\x00" + user
+		key += userSeparator + user
 	}
 	c, err := r.Clients.For(ctx, key, kubeconfig)
 	if err != nil {

@@ -3,12 +3,15 @@ package skrclient_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
@@ -74,5 +77,55 @@ func TestRuntimes(t *testing.T) {
 		if _, err := r.ForUser(ctx, "rt-bad", "alice"); err == nil || !strings.Contains(err.Error(), "kubeconfig Secret kubeconfig-rt-bad") {
 			t.Errorf("kubeconfig %q: %v", bad, err)
 		}
+	}
+}
+
+// TestRuntimesShareTheClusterMapper: the clients of one runtime's users
+// (For, ForUser) share its REST mapper (NewMapper runs once per runtime),
+// another runtime has its own, new credentials or Forget of the runtime
+// (which drops its users' clients too) make a new one.
+func TestRuntimesShareTheClusterMapper(t *testing.T) {
+	secret := fakecluster.KubeconfigSecret("kcp-system", "rt-a", false)
+	kcp := fakecluster.New(t, clientgoscheme.Scheme, fakecluster.WithObjects(secret, fakecluster.KubeconfigSecret("kcp-system", "rt-b", false)))
+	var hosts []string
+	clients := &skrclient.KubeconfigClients{Scheme: clientgoscheme.Scheme, AllowInsecure: true,
+		NewMapper: func(cfg *rest.Config, _ *http.Client) (meta.RESTMapper, error) {
+			hosts = append(hosts, cfg.Host)
+			return skrclient.NewRESTMapper(nil), nil
+		}}
+	r := &skrclient.Runtimes{Reader: kcp, Namespace: "kcp-system", Clients: clients}
+	admin, err := r.For(ctx, "rt-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"alice", "bob"} {
+		c, err := r.ForUser(ctx, "rt-a", user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c == admin || c.RESTMapper() != admin.RESTMapper() {
+			t.Errorf("%s: a client of its own (%v) sharing the runtime's mapper (%v)", user, c != admin, c.RESTMapper() == admin.RESTMapper())
+		}
+	}
+	if _, err := r.ForUser(ctx, "rt-b", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 2 || hosts[0] != "https://rt-a.example:6443" || hosts[1] != "https://rt-b.example:6443" {
+		t.Fatalf("NewMapper for %v, want once per runtime", hosts)
+	}
+	// New credentials: a new mapper (its discovery asks with them).
+	secret.Data[skrclient.SecretKey] = []byte(strings.Replace(string(secret.Data[skrclient.SecretKey]), "token: fake", "token: rotated", 1))
+	if err := kcp.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ForUser(ctx, "rt-a", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	clients.Forget(r.Key("rt-b"))
+	if _, err := r.ForUser(ctx, "rt-b", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 4 {
+		t.Fatalf("NewMapper for %v, want once more after new credentials and after Forget", hosts)
 	}
 }

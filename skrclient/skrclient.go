@@ -10,7 +10,8 @@
 // ever sends discovery requests. vs-controller passes the kinds of its SKR
 // bundle (package vs-controller/bundle). A caller that works with kinds it
 // does not know beforehand (module-sync: unstructured objects of any CRD)
-// sets NewMapper instead, e.g. to DynamicRESTMapper: one mapper per runtime.
+// sets NewMapper instead, e.g. to DynamicRESTMapper: one mapper per runtime,
+// shared by the clients of the users it acts as there.
 //
 // Runtimes (runtimes.go) finds a runtime's client by its ID, optionally
 // acting as another user in the runtime (impersonation): module-sync acts
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
@@ -115,11 +117,45 @@ type KubeconfigClients struct {
 
 	mu      sync.Mutex
 	clients map[string]cachedClient
+	// mappers: NewMapper's mapper of each cluster (ClusterOf the key),
+	// shared by the clients of its users (Runtimes.ForUser): what a
+	// cluster serves does not depend on who asks, and a dynamic mapper
+	// holds what it discovered of the cluster (docs/performance.md "Shards
+	// at scale").
+	mappers map[string]cachedMapper
 }
 
 type cachedClient struct {
 	sum    [sha256.Size]byte
 	client client.Client
+}
+
+type cachedMapper struct {
+	sum    [sha256.Size]byte
+	mapper meta.RESTMapper
+}
+
+// ClusterOf is the cluster a key of ClusterClients names: the key up to
+// its first NUL (Runtimes keys a user's client "<runtime>\x00<user>").
+func ClusterOf(key string) string {
+	cluster, _, _ := strings.Cut(key, userSeparator)
+	return cluster
+}
+
+// clusterSum identifies the API server and the credentials of cfg, not
+// whom it impersonates: configs of one sum may share a REST mapper.
+func clusterSum(cfg *rest.Config) [sha256.Size]byte {
+	h := sha256.New()
+	for _, part := range [][]byte{
+		[]byte(cfg.Host), []byte(cfg.APIPath), []byte(cfg.ServerName), cfg.CAData, cfg.CertData, cfg.KeyData,
+		[]byte(cfg.BearerToken), []byte(cfg.Username), []byte(cfg.Password), []byte(fmt.Sprint(cfg.Insecure)),
+	} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 var _ ClusterClients = (*KubeconfigClients)(nil)
@@ -157,13 +193,23 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 		cfg.Wrap(k.WrapTransport)
 	}
 	opts := client.Options{Scheme: k.Scheme, Mapper: k.Mapper}
+	if opts.HTTPClient, err = rest.HTTPClientFor(cfg); err != nil {
+		return nil, fmt.Errorf("client for runtime cluster: %w", err)
+	}
+	cluster, csum := ClusterOf(key), clusterSum(cfg)
+	newMapper := false
 	if opts.Mapper == nil {
-		if opts.HTTPClient, err = rest.HTTPClientFor(cfg); err != nil {
-			return nil, fmt.Errorf("client for runtime cluster: %w", err)
+		k.mu.Lock()
+		if m, ok := k.mappers[cluster]; ok && m.sum == csum {
+			opts.Mapper = m.mapper
 		}
+		k.mu.Unlock()
+	}
+	if opts.Mapper == nil {
 		if opts.Mapper, err = k.NewMapper(cfg, opts.HTTPClient); err != nil {
 			return nil, fmt.Errorf("REST mapper for runtime cluster: %w", err)
 		}
+		newMapper = true
 	}
 	c, err := client.New(cfg, opts)
 	if err != nil {
@@ -172,9 +218,12 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.clients == nil {
-		k.clients = map[string]cachedClient{}
+		k.clients, k.mappers = map[string]cachedClient{}, map[string]cachedMapper{}
 	}
 	k.clients[key] = cachedClient{sum: sum, client: c}
+	if newMapper {
+		k.mappers[cluster] = cachedMapper{sum: csum, mapper: opts.Mapper}
+	}
 	return c, nil
 }
 
@@ -189,11 +238,21 @@ var ErrInsecure = errors.New("kubeconfig sets insecure-skip-tls-verify: true; th
 var ErrPlainHTTP = errors.New("kubeconfig server is not https://; the runtime's API server would not be verified and its credentials would travel unencrypted " +
 	"(vs-controller's --allow-insecure-skr accepts it, for local use only)")
 
-// Forget implements ClusterClients.
+// Forget implements ClusterClients; forgetting a cluster's own key (no
+// user) also drops its users' clients and its REST mapper.
 func (k *KubeconfigClients) Forget(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.clients, key)
+	if ClusterOf(key) != key {
+		return
+	}
+	delete(k.mappers, key)
+	for other := range k.clients {
+		if ClusterOf(other) == key {
+			delete(k.clients, other)
+		}
+	}
 }
 
 // NewRESTMapper is a static REST mapper of the given kinds (true: cluster
@@ -212,9 +271,33 @@ func NewRESTMapper(kinds map[schema.GroupVersionKind]bool) meta.RESTMapper {
 
 // DynamicRESTMapper is a NewMapper: controller-runtime's dynamic REST
 // mapper, which discovers an API group when a kind of it is first used (so
-// a CRD installed later is found then).
+// a CRD installed later is found then). Its discovery asks for the
+// per-group documents (discovery.AcceptV1), not the aggregated one: given
+// the aggregated document the mapper takes in every resource the cluster
+// serves at its first lookup — about 0.3 MiB from a Kubernetes 1.34 API
+// server, most of module-sync's memory at scale (docs/performance.md) —
+// while per group it holds the list of groups and the resources of the
+// groups it was asked about.
 func DynamicRESTMapper(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
-	return apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	next := httpClient.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	perGroup := *httpClient
+	perGroup.Transport = perGroupDiscovery{next: next}
+	return apiutil.NewDynamicRESTMapper(cfg, &perGroup)
+}
+
+// perGroupDiscovery asks for the per-group discovery documents where
+// client-go's discovery client would accept the aggregated one.
+type perGroupDiscovery struct{ next http.RoundTripper }
+
+func (p perGroupDiscovery) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.Contains(req.Header.Get("Accept"), "g=apidiscovery.k8s.io") {
+		req = req.Clone(req.Context())
+		req.Header.Set("Accept", discovery.AcceptV1)
+	}
+	return p.next.RoundTrip(req)
 }
 
 // RESTConfig parses a runtime's kubeconfig (its current context). It fails

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -272,4 +274,48 @@ func FuzzBounded(f *testing.F) {
 			t.Error("valid UTF-8 became invalid")
 		}
 	})
+}
+
+// TestDynamicRESTMapperAsksPerGroup: the mapper's discovery asks for the
+// per-group documents (never the aggregated one, which would make it hold
+// every resource of the cluster) and learns only the groups it is asked
+// about. Against a real API server: module-sync/mirror's and syncitems'
+// integration tests (CRDs installed later, preferred versions).
+func TestDynamicRESTMapperAsksPerGroup(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked[r.URL.Path] = r.Header.Get("Accept")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api":
+			fmt.Fprint(w, `{"kind":"APIVersions","versions":["v1"]}`)
+		case "/apis":
+			fmt.Fprint(w, `{"kind":"APIGroupList","groups":[{"name":"apps","versions":[{"groupVersion":"apps/v1","version":"v1"}],"preferredVersion":{"groupVersion":"apps/v1","version":"v1"}}]}`)
+		case "/api/v1":
+			fmt.Fprint(w, `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["get"]}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	m, err := skrclient.DynamicRESTMapper(&rest.Config{Host: srv.URL}, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.RESTMapping(schema.GroupKind{Kind: "ConfigMap"}, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for path, accept := range asked {
+		if strings.Contains(accept, "apidiscovery") {
+			t.Errorf("%s asked with Accept %q", path, accept)
+		}
+	}
+	if _, ok := asked["/apis/apps/v1"]; ok || asked["/api/v1"] == "" {
+		t.Errorf("asked %v: want the core group's resources only", asked)
+	}
 }

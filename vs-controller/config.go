@@ -11,6 +11,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
@@ -50,6 +51,8 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.StringVar(&c.o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&c.o.LeaderElection, "leader-elect", false, "use leader election (one active replica)")
 	fs.StringVar(&c.o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
+	fs.StringVar(&c.o.ShardIdentity, "shard-identity", "", "share the runtimes with the other replicas (docs/operations.md, Scaling): this replica's member name, unique (the pod's name); needs --leader-elect (the Watchers, the CA trust and the health evaluation stay with the leader); empty: one replica does all per-runtime work (with --leader-elect: the leader)")
+	fs.DurationVar(&c.o.ShardLeaseDuration, "shard-lease-duration", shards.DefaultLeaseDuration, "with --shard-identity: a member whose Lease did not change for this long is gone and its runtimes move (the renew deadline is 2/3 of it, the retry period 2/15)")
 	fs.StringVar(&c.o.GatewayNamespace, "gateway-namespace", routing.DefaultGatewayNamespace, "namespace of the Istio Gateways that Watchers select")
 	fs.StringVar(&c.o.KymaNamespace, "kyma-namespace", runtimes.DefaultKymaNamespace, "namespace of the Kyma CRs, their kubeconfig Secrets and Certificates")
 	fs.StringVar(&c.o.Bundle.Namespace, "skr-namespace", bundle.DefaultNamespace, "namespace of the skr-webhook in every runtime")
@@ -134,6 +137,12 @@ func (c *config) validate() field.ErrorList {
 	if o.Trust.MigrationExtraCASecret.Name != "" && (o.Trust.CASecret.Name == "" || o.Trust.GatewayClientCASecret.Name == "") {
 		errs = append(errs, field.Invalid(startup.Flag("migration-extra-ca-secret"), c.extraCA,
 			"needs --ca-secret and --gateway-client-ca-secret (the client CA bundle it is added to)"))
+	}
+	if o.ShardIdentity != "" && !o.LeaderElection {
+		errs = append(errs, field.Invalid(startup.Flag("shard-identity"), o.ShardIdentity, "needs --leader-elect: the cluster-wide work (Watchers, CA trust, health) stays with one elected replica"))
+	}
+	if o.ShardLeaseDuration < 3*time.Second {
+		errs = append(errs, field.Invalid(startup.Flag("shard-lease-duration"), o.ShardLeaseDuration.String(), "must be at least 3s"))
 	}
 	if c.qps <= 0 {
 		errs = append(errs, field.Invalid(startup.Flag("kube-api-qps"), c.qps, "must be positive"))

@@ -78,6 +78,13 @@ func TestParseConfig(t *testing.T) {
 		{Name: "object key", Args: with("--gateway-ca-secret", "a/b/c"), WantErr: []string{"--gateway-ca-secret"}},
 		{Name: "object key without name", Args: with("--ca-secret", "ns/"), WantErr: []string{"--ca-secret"}},
 		{Name: "migration window without rotation", Args: with("--migration-extra-ca-secret", "istio-system/klm-watcher", "--ca-secret", ""), WantErr: []string{"--migration-extra-ca-secret: Invalid value: \"istio-system/klm-watcher\": needs --ca-secret"}},
+		{Name: "shards", Args: with("--leader-elect", "--shard-identity", "vs-controller-0", "--shard-lease-duration", "5s"), Check: func(t *testing.T, c *config) {
+			if c.o.ShardIdentity != "vs-controller-0" || c.o.ShardLeaseDuration != 5*time.Second {
+				t.Errorf("%q %s", c.o.ShardIdentity, c.o.ShardLeaseDuration)
+			}
+		}},
+		{Name: "shards without leader election", Args: with("--shard-identity", "vs-controller-0"), WantErr: []string{"--shard-identity: Invalid value: \"vs-controller-0\": needs --leader-elect"}},
+		{Name: "shard lease too short", Args: with("--leader-elect", "--shard-identity", "a", "--shard-lease-duration", "1s"), WantErr: []string{"--shard-lease-duration"}},
 		{Name: "bad duration", Args: with("--skr-resync", "often"), WantErr: []string{"invalid value"}},
 		{Name: "unknown flag", Args: with("--metrics-addr", ":1"), WantErr: []string{"flag provided but not defined"}},
 		{Name: "argument", Args: with("run"), WantErr: []string{"unexpected arguments"}},

@@ -1,7 +1,6 @@
 package syncmanager
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +28,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/shardaudit"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -422,151 +421,14 @@ func configMapItem(id, value string) v1alpha1.SyncItem {
 	return v1alpha1.SyncItem{Name: "cm", Strategy: v1alpha1.CreateAndSync, Resource: k8sruntime.RawExtension{Raw: raw}}
 }
 
-type auditEvent struct {
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	Stage     string `json:"stage"`
-	ObjectRef struct {
-		Resource, Namespace, Name, Subresource string
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	RequestReceived metav1.MicroTime `json:"requestReceivedTimestamp"`
-	StageTimestamp  metav1.MicroTime `json:"stageTimestamp"`
-	RequestObject   json.RawMessage  `json:"requestObject"`
-}
-
-// publication is a member's Lease write: who, when it was stored, the view
-// it published, whether it was a release.
-type publication struct {
-	at       time.Time
-	member   string
-	view     []string
-	released bool
-}
-
-type write struct {
-	at     time.Time
-	member string
-}
-
 // checkShardAudit checks the invariants of ARCHITECTURE.md §3.13 from the
-// audit log (see TestShards).
+// audit log (see TestShards): a runtime's writes are its SyncResource's.
 func checkShardAudit(t *testing.T, path string, membershipChanges int) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var pubs []publication
-	writes := map[string][]write{} // runtime (SyncResource name) -> writes
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var e auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("audit line: %v", err)
-		}
-		if e.Stage != "ResponseComplete" || e.ResponseStatus.Code/100 != 2 {
-			continue
-		}
-		switch {
-		case e.ObjectRef.Resource == "leases" && strings.HasPrefix(e.ObjectRef.Name, ShardGroup+"-shard-"):
-			var l coordinationv1.Lease
-			if err := json.Unmarshal(e.RequestObject, &l); err != nil {
-				t.Fatalf("Lease in the audit log: %v", err)
-			}
-			member := strings.TrimPrefix(l.Name, ShardGroup+"-shard-")
-			p := publication{at: e.StageTimestamp.Time, member: member, released: ptrString(l.Spec.HolderIdentity) == ""}
-			if v := l.Annotations[shards.AnnotationView]; v != "" {
-				p.view = strings.Split(v, ",")
-			}
-			pubs = append(pubs, p)
-		case e.ObjectRef.Resource == "syncresources" && strings.Contains(e.UserAgent, " shard/"):
-			member := e.UserAgent[strings.Index(e.UserAgent, " shard/")+len(" shard/"):]
-			writes[e.ObjectRef.Name] = append(writes[e.ObjectRef.Name], write{at: e.RequestReceived.Time, member: member})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(pubs) == 0 || len(writes) != shardsRuntimes {
-		t.Fatalf("audit log holds %d member Lease writes and writes of %d runtimes, want writes of %d", len(pubs), len(writes), shardsRuntimes)
-	}
-	sort.Slice(pubs, func(i, j int) bool { return pubs[i].at.Before(pubs[j].at) })
-	// claimAt: the view member's live Lease published last before at.
-	claimAt := func(member string, at time.Time) (view []string, live bool) {
-		var last *publication
-		for i := range pubs {
-			if pubs[i].at.After(at) {
-				break
-			}
-			if pubs[i].member == member {
-				last = &pubs[i]
-			}
-		}
-		if last == nil || last.released || at.Sub(last.at) >= shardsLease {
-			return nil, false
-		}
-		return last.view, true
-	}
-	total, moves := 0, 0
-	for runtime, ws := range writes {
-		sort.Slice(ws, func(i, j int) bool { return ws[i].at.Before(ws[j].at) })
-		handedOn := map[string]time.Time{} // member -> when it last wrote before another did
-		for i, w := range ws {
-			total++
-			view, live := claimAt(w.member, w.at)
-			if !live || shards.Owner(shardsNS+"/"+runtime, view) != w.member {
-				t.Errorf("%s written by %s at %s while its Lease did not claim it (live %v, view %v)", runtime, w.member, w.at.Format(time.StampMicro), live, view)
-			}
-			if i == 0 || ws[i-1].member == w.member {
-				continue
-			}
-			moves++
-			prev := ws[i-1]
-			if !released(pubs, prev.member, shardsNS+"/"+runtime, prev.at, w.at) {
-				t.Errorf("%s written by %s at %s before %s (last write at %s) released it or its Lease expired: two writers",
-					runtime, w.member, w.at.Format(time.StampMicro), prev.member, prev.at.Format(time.StampMicro))
-			}
-			handedOn[ws[i-1].member] = ws[i-1].at
-			if at, ok := handedOn[w.member]; ok && w.at.Sub(at) < shardsLease {
-				t.Errorf("%s went back to %s %s after it handed it on: two writers in one Lease period", runtime, w.member, w.at.Sub(at))
-			}
-		}
-		if n := countMoves(ws); n > membershipChanges {
-			t.Errorf("%s changed writer %d times over %d membership changes (flapping)", runtime, n, membershipChanges)
-		}
-	}
-	t.Logf("audit log: %d member Lease writes, %d SyncResource writes of %d runtimes, %d writer changes; every write under its writer's live claim", len(pubs), total, len(writes), moves)
-}
-
-// released: between from and to, member published a view in which it does
-// not own runtime (or released its Lease), or its Lease expired (its last
-// write before to is at least one Lease period old).
-func released(pubs []publication, member, runtime string, from, to time.Time) bool {
-	var last *publication
-	for i := range pubs {
-		p := &pubs[i]
-		if p.member != member || p.at.After(to) {
-			continue
-		}
-		last = p
-		if p.at.After(from) && (p.released || shards.Owner(runtime, p.view) != member) {
-			return true
-		}
-	}
-	return last == nil || to.Sub(last.at) >= shardsLease
-}
-
-func countMoves(ws []write) int {
-	n := 0
-	for i := 1; i < len(ws); i++ {
-		if ws[i].member != ws[i-1].member {
-			n++
-		}
-	}
-	return n
+	shardaudit.Check(t, path, shardaudit.Options{
+		Group: ShardGroup, Lease: shardsLease, Runtimes: shardsRuntimes, MembershipChanges: membershipChanges,
+		Runtime: func(e *shardaudit.Event) (string, bool) {
+			return shardsNS + "/" + e.ObjectRef.Name, e.ObjectRef.Resource == "syncresources"
+		},
+	})
 }

@@ -301,13 +301,15 @@ func (r *Reconciler) skrOf(ctx context.Context, sr *v1alpha1.SyncResource) (skr 
 	}
 	// The module's workloads may run as the ServiceAccounts it created
 	// through module-sync in this runtime (its SyncResources' inventory).
+	// The runtime's SyncResources (a few), not the module's (one or more
+	// per runtime of the fleet: a copy of each at every pass).
 	mine := &v1alpha1.SyncResourceList{}
-	if err := r.Client.List(ctx, mine, client.InNamespace(sr.Namespace), client.MatchingFields{moduleField: sr.Spec.Module}); err != nil {
+	if err := r.Client.List(ctx, mine, client.InNamespace(sr.Namespace), client.MatchingFields{kymaField: sr.Spec.Kyma}); err != nil {
 		return nil, grant, false, nil, err
 	}
 	var ofRuntime []v1alpha1.SyncResource
 	for i := range mine.Items {
-		if mine.Items[i].Spec.Kyma == sr.Spec.Kyma && r.writerAllowed(grant, &mine.Items[i]) == nil {
+		if mine.Items[i].Spec.Module == sr.Spec.Module && r.writerAllowed(grant, &mine.Items[i]) == nil {
 			ofRuntime = append(ofRuntime, mine.Items[i])
 		}
 	}

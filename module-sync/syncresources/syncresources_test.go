@@ -432,8 +432,8 @@ func TestReconcileRetries(t *testing.T) {
 }
 
 // TestServiceAccountsOfTheModule: the ServiceAccounts a module created
-// through its applied SyncResources of the runtime (not others' nor a
-// refused writer's) are what its workloads may run as.
+// through its applied SyncResources of the runtime (not other runtimes',
+// other modules' nor a refused writer's) are what its workloads may run as.
 func TestServiceAccountsOfTheModule(t *testing.T) {
 	sa := func(name, writer, kyma string) *v1alpha1.SyncResource {
 		sr := syncResource(writer)
@@ -441,7 +441,9 @@ func TestServiceAccountsOfTheModule(t *testing.T) {
 		sr.Status.Items = []v1alpha1.ItemStatus{{Name: "sa", Object: &v1alpha1.ObjectReference{APIVersion: "v1", Kind: "ServiceAccount", Namespace: "team-a", Name: name}}}
 		return sr
 	}
-	s := newSetup(t, syncResource("alice"), sa("mine", "alice", "kyma-a"), sa("refused", "mallory", "kyma-a"), sa("elsewhere", "alice", "kyma-b"))
+	otherModule := sa("other-module", "alice", "kyma-a")
+	otherModule.Spec.Module = "other"
+	s := newSetup(t, syncResource("alice"), sa("mine", "alice", "kyma-a"), sa("refused", "mallory", "kyma-a"), sa("elsewhere", "alice", "kyma-b"), otherModule)
 	s.reconcile(t)
 	cm := &corev1.ConfigMap{}
 	if err := s.skr.Get(ctx, client.ObjectKey{Namespace: grants.WorkloadParamsNamespace, Name: grants.WorkloadParamsName}, cm); err != nil {

@@ -306,6 +306,9 @@ type ShardsEnvironment interface {
 	// ShardModuleSync replaces module-sync by n replicas with Leases of
 	// lease (localenv.System.ShardModuleSync); Restore puts it back.
 	ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.ModuleSyncShards, error)
+	// ShardVSController replaces vs-controller by n replicas with Leases
+	// of lease (localenv.System.ShardVSController); Restore puts it back.
+	ShardVSController(ctx context.Context, n int, lease time.Duration) (*localenv.VSControllerShards, error)
 	// SetSampleGreeting edits the demo Module CR and returns when.
 	SetSampleGreeting(ctx context.Context, greeting string, replicas int64) (time.Time, error)
 	// WatchModuleLoop reports every greeting the ModuleConfig and the
@@ -315,6 +318,9 @@ type ShardsEnvironment interface {
 
 func (e *localEnvironment) ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.ModuleSyncShards, error) {
 	return e.sys.ShardModuleSync(ctx, n, lease)
+}
+func (e *localEnvironment) ShardVSController(ctx context.Context, n int, lease time.Duration) (*localenv.VSControllerShards, error) {
+	return e.sys.ShardVSController(ctx, n, lease)
 }
 func (e *localEnvironment) SetSampleGreeting(ctx context.Context, greeting string, replicas int64) (time.Time, error) {
 	return e.sys.SetSampleGreeting(ctx, greeting, replicas)

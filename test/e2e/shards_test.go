@@ -8,17 +8,26 @@ import (
 	"strings"
 	"time"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmanager"
 )
 
 // inOrder is d in milliseconds, one decimal.
@@ -28,6 +37,20 @@ func inOrder(d []time.Duration) []float64 {
 		out[i] = float64(x.Microseconds()/100) / 10
 	}
 	return out
+}
+
+// skrWebhooks are the names of the webhooks of the SKR's
+// ValidatingWebhookConfiguration skr-webhook.
+func skrWebhooks(ctx context.Context) []string {
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := env.SKR().Get(ctx, client.ObjectKey{Name: bundle.Name}, &vwc); err != nil {
+		return nil
+	}
+	var names []string
+	for _, wh := range vwc.Webhooks {
+		names = append(names, wh.Name)
+	}
+	return names
 }
 
 // Shards (ARCHITECTURE.md §3.13, docs/operations.md "Scaling"): module-sync
@@ -42,11 +65,13 @@ func inOrder(d []time.Duration) []float64 {
 var _ = Describe("shards", Label("shards"), Ordered, func() {
 	const lease = 15 * time.Second
 	var (
-		sh       e2e.ShardsEnvironment
-		members  *localenv.ModuleSyncShards
-		obs      <-chan localenv.Observation
-		edits    int
-		baseline []time.Duration
+		sh      e2e.ShardsEnvironment
+		members *localenv.ModuleSyncShards
+		// vsMembers: 3 vs-controller replicas alongside module-sync's.
+		vsMembers *localenv.VSControllerShards
+		obs       <-chan localenv.Observation
+		edits     int
+		baseline  []time.Duration
 		// toKCP: the first leg of each edit (to the ModuleConfig), in order.
 		toKCP, toKCPBaseline []time.Duration
 	)
@@ -54,9 +79,9 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 
 	// views: the live members' Leases, by identity, with their published
 	// views.
-	views := func(ctx context.Context) (map[string]string, error) {
+	views := func(ctx context.Context, group string) (map[string]string, error) {
 		list := &coordinationv1.LeaseList{}
-		if err := env.KCP().List(ctx, list, client.InNamespace(env.Names().KymaNamespace), client.MatchingLabels{shards.LabelGroup: syncmanager.ShardGroup}); err != nil {
+		if err := env.KCP().List(ctx, list, client.InNamespace(env.Names().KymaNamespace), client.MatchingLabels{shards.LabelGroup: group}); err != nil {
 			return nil, err
 		}
 		out := map[string]string{}
@@ -67,22 +92,34 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		}
 		return out, nil
 	}
-	// settled: every running replica is live and publishes the view of
-	// exactly the running replicas; it returns the runtime's owner.
+	// settledOn: every replica of group in want is live and publishes the
+	// view of exactly want; it returns the runtime's owner.
+	settledOn := func(ctx context.Context, group string, want []string) string {
+		want = slices.Sorted(slices.Values(want))
+		Eventually(func(g Gomega) {
+			v, err := views(ctx, group)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, id := range want {
+				g.Expect(v).To(HaveKeyWithValue(id, strings.Join(want, ",")))
+			}
+		}).WithTimeout(30*time.Second).Should(Succeed(), "the %s members' Leases do not all publish the view %v", group, want)
+		return shards.Owner(runtime(), want)
+	}
+	// settled: module-sync's running replicas.
 	settled := func(ctx context.Context) string {
 		var want []string
 		for _, r := range members.Replicas() {
 			want = append(want, r.Identity)
 		}
-		slices.Sort(want)
-		Eventually(func(g Gomega) {
-			v, err := views(ctx)
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, id := range want {
-				g.Expect(v).To(HaveKeyWithValue(id, strings.Join(want, ",")))
-			}
-		}).WithTimeout(30*time.Second).Should(Succeed(), "the members' Leases do not all publish the view %v", want)
-		return shards.Owner(runtime(), want)
+		return settledOn(ctx, syncmanager.ShardGroup, want)
+	}
+	// vsSettled: vs-controller's running replicas.
+	vsSettled := func(ctx context.Context) string {
+		var want []string
+		for _, r := range vsMembers.Replicas() {
+			want = append(want, r.Identity)
+		}
+		return settledOn(ctx, vsmanager.ShardGroup, want)
 	}
 	// edit changes the Module CR and returns how long until the SKR object
 	// holds the change.
@@ -201,10 +238,16 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		}, NodeTimeout(2*time.Minute))
 		Expect(err).NotTo(HaveOccurred())
 		settled(ctx)
+		vsMembers, err = sh.ShardVSController(ctx, 3, lease)
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(vsMembers.Restore(ctx)).To(Succeed())
+		}, NodeTimeout(2*time.Minute))
+		Expect(err).NotTo(HaveOccurred())
+		vsSettled(ctx)
 		// The first edit also waits for istiod to have pushed the three
 		// endpoints.
 		edit(ctx, time.Minute)
-	}, NodeTimeout(4*time.Minute))
+	}, NodeTimeout(5*time.Minute))
 
 	// The round trip is measured beside its twin (the same edits with one
 	// module-sync in the same run) and reported, not asserted: on a shared
@@ -316,6 +359,60 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		Expect(next).NotTo(Equal(owner))
 		Expect(took).To(BeNumerically("<", 30*time.Second), "a killed owner's runtime re-owned and its edit delivered")
 	}, NodeTimeout(2*time.Minute))
+
+	// vs-controller's runtime work (the Certificate, the SKR bundle)
+	// moves with its owner: a new Watcher's webhook reaches the runtime's
+	// SKR through the new owner (and, when the killed replica led, through
+	// the new leader's VirtualService). What the SKR was given is on the
+	// runtime's Certificate (trust.AnnotationEvidence), whichever replica
+	// pushed it.
+	It("keeps the runtime's certificate and bundle converging when its vs-controller owner is SIGKILLed, and a Watcher change still reaches the SKR", func(ctx SpecContext) {
+		n := env.Names()
+		owner := vsSettled(ctx)
+		crtKey := client.ObjectKey{Namespace: n.KymaNamespace, Name: certificates.Name(n.RuntimeID)}
+		pushed := func(g Gomega) {
+			crt := &certmanagerv1.Certificate{}
+			g.Expect(env.KCP().Get(ctx, crtKey, crt)).To(Succeed())
+			_, ok := trust.EvidenceOf(crt)
+			g.Expect(ok).To(BeTrue(), "the runtime's Certificate carries no trust evidence")
+			ready := false
+			for _, c := range crt.Status.Conditions {
+				ready = ready || (c.Type == certmanagerv1.CertificateConditionReady && c.Status == "True")
+			}
+			g.Expect(ready).To(BeTrue(), "the runtime's Certificate is not Ready")
+			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, &corev1.Secret{})).To(Succeed())
+		}
+		Eventually(pushed).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(vsMembers.Kill(owner)).To(Succeed())
+		began := time.Now()
+		probe := &v1beta2.Watcher{
+			ObjectMeta: metav1.ObjectMeta{Name: "shards-probe", Namespace: n.KymaNamespace},
+			Spec: v1beta2.WatcherSpec{
+				ServiceInfo:     v1beta2.Service{Name: "shards-probe", Namespace: n.KymaNamespace, Port: 8082},
+				Manager:         "shards-probe",
+				LabelsToWatch:   map[string]string{n.WatchedLabel: "shards-probe"},
+				ResourceToWatch: v1beta2.WatchableGVR{Group: v1beta2.GroupVersion.Group, Version: "*", Resource: "kymas"},
+				Field:           v1beta2.SpecField,
+				Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
+					MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
+				}},
+			},
+		}
+		Expect(env.KCP().Create(ctx, probe)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, probe))).To(Succeed())
+			Eventually(func() []string { return skrWebhooks(ctx) }).WithTimeout(45 * time.Second).ShouldNot(ContainElement(probe.WebhookName()))
+		}, NodeTimeout(time.Minute))
+		Eventually(func() []string { return skrWebhooks(ctx) }).WithTimeout(45*time.Second).WithPolling(100*time.Millisecond).
+			Should(ContainElement(probe.WebhookName()), "the new Watcher's webhook did not reach the SKR after the owner was killed")
+		took := time.Since(began)
+		next := vsSettled(ctx)
+		Eventually(pushed).WithTimeout(30 * time.Second).Should(Succeed())
+		GinkgoWriter.Printf("vs-controller owner %s SIGKILLed: a new Watcher's webhook reached the SKR after %s; new owner %s\n", owner, took, next)
+		AddReportEntry("vs-controller owner SIGKILLed: a new Watcher's webhook in the SKR after", took.String())
+		Expect(next).NotTo(Equal(owner))
+		Expect(took).To(BeNumerically("<", 45*time.Second))
+	}, NodeTimeout(3*time.Minute))
 
 	It("adds a replica and stops one: the runtime moves only to the new replica or from the stopped one, and every edit arrives", func(ctx SpecContext) {
 		before := settled(ctx)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,18 +29,36 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
-// HealthRuntimes lists the runtimes whose bundle a pass of this process
-// completed (keyed by runtime ID; a shard owner lists its own, #36): the
-// runtimes the health evaluator looks after.
+// HealthRuntimes lists the runtimes whose bundle a pass completed (keyed
+// by runtime ID): the runtimes the health evaluator looks after. Without
+// shards, the passes of this process. With shards the evaluator stays on
+// the elected replica and looks after every runtime (a Watcher's
+// silentRuntimes count is fleet-wide, and the evaluation reads the SKRs,
+// never writes them): a runtime's pass completed on whichever replica
+// owned it when its Certificate carries the trust evidence that pass
+// recorded (trust.AnnotationEvidence).
 func (r *Reconciler) HealthRuntimes(ctx context.Context) ([]health.Runtime, error) {
 	list := newKymaList()
 	if err := r.Client.List(ctx, list, client.InNamespace(r.KymaNamespace)); err != nil {
 		return nil, err
 	}
+	pushed := map[string]bool{}
+	if r.Shards != nil && r.Trust != nil {
+		var crts certmanagerv1.CertificateList
+		if err := r.Client.List(ctx, &crts, client.InNamespace(r.KymaNamespace)); err != nil {
+			return nil, err
+		}
+		for i := range crts.Items {
+			if _, ok := trust.EvidenceOf(&crts.Items[i]); ok {
+				pushed[crts.Items[i].Name] = true
+			}
+		}
+	}
 	out := make([]health.Runtime, 0, len(list.Items))
 	for i := range list.Items {
 		k := &list.Items[i]
-		if _, ok := r.bundled.Load(types.NamespacedName{Namespace: k.Namespace, Name: k.Name}.String()); !ok ||
+		_, bundled := r.bundled.Load(types.NamespacedName{Namespace: k.Namespace, Name: k.Name}.String())
+		if (!bundled && !pushed[certificates.Name(RuntimeID(k))]) ||
 			k.DeletionTimestamp != nil || k.Annotations[contract.AnnotationSKRDomain] == "" || !controllerutil.ContainsFinalizer(k, Finalizer) {
 			continue
 		}

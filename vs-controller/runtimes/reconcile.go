@@ -29,6 +29,13 @@ import (
 
 // Reconcile brings one runtime's Certificate and SKR bundle up to date.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx, done, ok := r.Shards.Begin(ctx, req.String())
+	if !ok {
+		// Another replica owns the runtime (its gain requeues it there).
+		recordOutcome("not-owner")
+		return ctrl.Result{}, nil
+	}
+	defer done()
 	kyma := NewKyma()
 	if err := r.Client.Get(ctx, req.NamespacedName, kyma); err != nil {
 		if apierrors.IsNotFound(err) {

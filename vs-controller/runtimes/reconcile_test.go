@@ -44,6 +44,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
 )
 
@@ -548,3 +549,36 @@ func TestFakeRuntimeWatches(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestCertificateChanged: recording the trust evidence on a Certificate
+// (a pass's own write) triggers no pass; any other change does.
+func TestCertificateChanged(t *testing.T) {
+	old := &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: "c", Generation: 1,
+		Annotations: map[string]string{diffapply.HashAnnotation: "h"}}}
+	for _, tc := range []struct {
+		name string
+		edit func(c *certmanagerv1.Certificate)
+		want bool
+	}{
+		{"nothing", func(*certmanagerv1.Certificate) {}, true},
+		{"evidence only", func(c *certmanagerv1.Certificate) { c.Annotations[trust.AnnotationEvidence] = `{"ca":"x"}` }, false},
+		{"evidence and spec", func(c *certmanagerv1.Certificate) {
+			c.Annotations[trust.AnnotationEvidence] = `{"ca":"x"}`
+			c.Generation = 2
+		}, true},
+		{"evidence and status", func(c *certmanagerv1.Certificate) {
+			c.Annotations[trust.AnnotationEvidence] = `{"ca":"x"}`
+			c.Status.Conditions = []certmanagerv1.CertificateCondition{{Type: certmanagerv1.CertificateConditionReady, Status: cmmeta.ConditionTrue}}
+		}, true},
+		{"evidence and another annotation", func(c *certmanagerv1.Certificate) {
+			c.Annotations[trust.AnnotationEvidence] = `{"ca":"x"}`
+			c.Annotations[diffapply.HashAnnotation] = "h2"
+		}, true},
+	} {
+		n := old.DeepCopy()
+		tc.edit(n)
+		if got := certificateChanged(event.UpdateEvent{ObjectOld: old, ObjectNew: n}); got != tc.want {
+			t.Errorf("Certificate %s: %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}

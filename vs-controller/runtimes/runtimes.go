@@ -37,6 +37,8 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
@@ -122,6 +124,12 @@ type Reconciler struct {
 	// and ca.crt are the runtime certificate's ca.crt.
 	Trust *trust.Keeper
 
+	// Shards, when set, shares the runtimes with the other replicas (package
+	// shards, issue 36): a pass runs only on the runtime's owner, under its
+	// published view; the controller runs on every replica. Nil: one
+	// replica (the leader) reconciles every runtime, as before.
+	Shards *shards.Shards
+
 	// Adoption configures the take-over of runtimes Lifecycle Manager set
 	// up (package takeover), when TakeOver is nil.
 	Adoption takeover.Options
@@ -139,6 +147,8 @@ type Reconciler struct {
 	// completed in this process; only such runtimes are evaluated for
 	// watch-path health (health.go).
 	bundled sync.Map
+	// requeue enqueues the runtimes this replica gained (shards).
+	requeue pacing.Requeue
 }
 
 // +kubebuilder:rbac:groups=operator.kyma-project.io,namespace=kcp-system,resources=kymas,verbs=get;list;watch;patch

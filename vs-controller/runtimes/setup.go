@@ -2,14 +2,17 @@ package runtimes
 
 import (
 	"context"
+	"maps"
 	"sync/atomic"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +31,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // SetupWithManager registers the controller and an index of Kymas by
@@ -60,9 +64,22 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	inNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() == r.KymaNamespace })
 	b := ctrl.NewControllerManagedBy(mgr)
+	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
+	if r.Shards != nil {
+		// Every replica reconciles the runtimes it owns; gained ones at
+		// once.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.Shards.OnChange(r.gained)
+		b = b.WatchesRawSource(r.requeue.Source())
+	}
 	if r.Trust != nil {
 		// A changed trust bundle re-reconciles every runtime.
 		r.Trust.Init(r.Client, r.KymaNamespace)
+		if r.Shards != nil {
+			// The keeper runs on every replica: the elected one keeps
+			// the bundles, the others follow (trust.Keeper.Follow).
+			r.Trust.Elected = mgr.Elected()
+		}
 		if err := mgr.Add(r.Trust); err != nil {
 			return err
 		}
@@ -73,14 +90,38 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(NewKyma(), builder.WithPredicates(inNamespace, predicate.Funcs{UpdateFunc: kymaChanged})).
 		// Owns() needs the owner kind in the scheme; the Kyma is read as
 		// metadata only, so map the controller reference by hand.
-		Watches(&certmanagerv1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kymaOwner), builder.WithPredicates(inNamespace)).
+		Watches(&certmanagerv1.Certificate{}, handler.EnqueueRequestsFromMapFunc(kymaOwner), builder.WithPredicates(inNamespace, predicate.Funcs{UpdateFunc: certificateChanged})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.kymasForSecret), builder.WithPredicates(inNamespace)).
 		Watches(&v1beta2.Watcher{}, &allKymas{r: r}, builder.WithPredicates(predicate.Funcs{UpdateFunc: watcherChanged})).
 		// Who holds a route: vs-controller's VirtualServices (created for
 		// the route's owner, deleted from a loser), not Watcher status.
 		Watches(&istionetworkingv1.VirtualService{}, &allKymas{r: r}, builder.WithPredicates(routeHolderChanged{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(opts).
 		Complete(r)
+}
+
+// gained enqueues the runtimes this replica gained and counts those it
+// owns (runtime_watcher_shard_owned_runtimes{group="vs-controller"}).
+func (r *Reconciler) gained(gained func(runtime string) bool) error {
+	if !r.requeue.Started() {
+		return nil // its start enqueues every Kyma, and its passes ask the owner
+	}
+	list := newKymaList()
+	if err := r.Client.List(context.Background(), list, client.InNamespace(r.KymaNamespace)); err != nil {
+		return err
+	}
+	owned := 0
+	for i := range list.Items {
+		key := client.ObjectKeyFromObject(&list.Items[i])
+		if r.Shards.Owns(key.String()) {
+			owned++
+		}
+		if gained(key.String()) {
+			r.requeue.Add(reconcile.Request{NamespacedName: key})
+		}
+	}
+	r.Shards.SetOwned(owned)
+	return nil
 }
 
 // kymaOwner maps a Certificate to the Kyma that controls it.
@@ -102,6 +143,26 @@ func kymaChanged(e event.UpdateEvent) bool {
 		RuntimeID(o) != RuntimeID(n) ||
 		o.GetLabels()[takeover.SkipReconciliationLabel] != n.GetLabels()[takeover.SkipReconciliationLabel] ||
 		controllerutil.ContainsFinalizer(o, Finalizer) != controllerutil.ContainsFinalizer(n, Finalizer)
+}
+
+// certificateChanged passes Certificate updates but those that only record
+// the trust evidence (trust.AnnotationEvidence, written by the pass itself).
+func certificateChanged(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	if o.GetAnnotations()[trust.AnnotationEvidence] == n.GetAnnotations()[trust.AnnotationEvidence] {
+		return true
+	}
+	oc, ok1 := o.(*certmanagerv1.Certificate)
+	nc, ok2 := n.(*certmanagerv1.Certificate)
+	if !ok1 || !ok2 || oc.Generation != nc.Generation || !equality.Semantic.DeepEqual(oc.Status, nc.Status) ||
+		!equality.Semantic.DeepEqual(oc.Labels, nc.Labels) || !equality.Semantic.DeepEqual(oc.OwnerReferences, nc.OwnerReferences) ||
+		(oc.DeletionTimestamp == nil) != (nc.DeletionTimestamp == nil) {
+		return true
+	}
+	oa, na := maps.Clone(oc.Annotations), maps.Clone(nc.Annotations)
+	delete(oa, trust.AnnotationEvidence)
+	delete(na, trust.AnnotationEvidence)
+	return !maps.Equal(oa, na)
 }
 
 // watcherChanged passes Watcher updates that can change a webhook: spec
@@ -178,7 +239,11 @@ func (h *allKymas) fanOut(ctx context.Context, q workqueue.TypedRateLimitingInte
 		return
 	}
 	for i := range list.Items {
-		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		key := client.ObjectKeyFromObject(&list.Items[i])
+		if h.r.Shards != nil && !h.r.Shards.Owns(key.String()) {
+			continue // its owner's fan-out enqueues it there
+		}
+		q.Add(reconcile.Request{NamespacedName: key})
 	}
 }
 

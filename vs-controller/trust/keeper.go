@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,6 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/vsmetrics"
@@ -90,6 +90,12 @@ type Keeper struct {
 	UnknownHold time.Duration
 	// Now is the clock of UnknownHold (time.Now when nil).
 	Now func() time.Time
+	// Elected, when set (shards, issue 36), is closed once this replica is
+	// the elected one: the keeper then runs on every replica; the elected
+	// one keeps the bundles (Sync), the others follow what it keeps
+	// (Follow) for the runtimes they own. Nil: the keeper runs on the
+	// leader only (the manager's leader election), as without shards.
+	Elected <-chan struct{}
 
 	// clientCA is what the client CA Secret was last written with (or
 	// found to hold).
@@ -102,7 +108,6 @@ type Keeper struct {
 	// certSeries: the {runtime, ca} series of
 	// runtime_certificate_not_after_seconds set by the last scanLeaves.
 	certSeries map[[2]string]bool
-	pushed     sync.Map // runtime key -> pushedRuntime
 	// unknownSince: runtime key -> when its SKR state was first found
 	// unknown (time.Time); gone once it is known.
 	unknownSince sync.Map
@@ -115,15 +120,6 @@ type Keeper struct {
 	// The gateway certificate's CA, the one before and when it changed.
 	gatewayLeafCA, gatewayPrevCA string
 	gatewayChangedAt             time.Time
-}
-
-// pushedRuntime is what a runtime's SKR was last given: the gateway CAs of
-// its ca.crt, and the CA of its certificate (and of the one before, which
-// its webhook may still be serving until Settle has passed).
-type pushedRuntime struct {
-	gatewayFP          string
-	leafCA, prevLeafCA string
-	changedAt          time.Time
 }
 
 // published is what the reconciler uses: a runtime CA bundle that the
@@ -178,27 +174,134 @@ func (k *Keeper) Poke() {
 // runtime is to be reconciled again.
 func (k *Keeper) Changed() <-chan event.GenericEvent { return k.changed }
 
-// Forget drops what is known of a runtime (removed).
+// Forget drops what is known of a runtime (removed); its evidence goes
+// with its Certificate.
 func (k *Keeper) Forget(runtimeKey string) {
-	k.pushed.Delete(runtimeKey)
 	k.renewalSlots.Delete(runtimeKey)
+	k.unknownSince.Delete(runtimeKey)
 }
 
 func (k *Keeper) current() *published { return k.state.Load() }
+
+// NeedLeaderElection: without Elected the keeper runs on the leader only;
+// with it on every replica.
+func (k *Keeper) NeedLeaderElection() bool { return k.Elected == nil }
+
+// leads says whether this replica keeps the bundles (Sync) rather than
+// follows them.
+func (k *Keeper) leads() bool {
+	if k.Elected == nil {
+		return true
+	}
+	select {
+	case <-k.Elected:
+		return true
+	default:
+		return false
+	}
+}
 
 // Start refreshes until ctx ends.
 func (k *Keeper) Start(ctx context.Context) error {
 	t := time.NewTicker(k.Interval)
 	defer t.Stop()
+	elected := k.Elected
 	for {
-		k.Sync(ctx)
+		if k.leads() {
+			k.Sync(ctx)
+		} else {
+			k.Follow(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-k.poke:
+		case <-elected:
+			elected = nil // elected now: keep the bundles at once
 		}
 	}
+}
+
+// Follow is one pass of a replica that is not the elected one (shards):
+// it publishes, for the runtimes it owns, the trust the elected replica
+// keeps, read without writing anything — the runtime CAs of the sealed
+// store (and the CA Secret's current CA) that the gateway's client CA
+// Secret holds, and the gateway CAs of its sealed store (and the gateway
+// CA Secret's current CA). It never adds trust the elected replica did not
+// give the gateway: the client CA Secret is the gate, as in Sync.
+func (k *Keeper) Follow(ctx context.Context) {
+	prev := k.current()
+	next := &published{}
+	if prev != nil {
+		*next = *prev
+	}
+	if err := k.Runtime.Load(ctx); err != nil {
+		k.Log.Error(err, "read the runtime CA trust the elected replica keeps")
+	} else if cas := k.Runtime.CAs(); len(cas) > 0 {
+		held, err := k.clientCAs(ctx)
+		if err != nil {
+			k.Log.Error(err, "read the gateway's client CA Secret; the runtime CA bundle published before is kept", "secret", k.ClientCASecret.String())
+		} else {
+			if held != nil {
+				cas = slices.DeleteFunc(cas, func(c *x509.Certificate) bool { return !slices.ContainsFunc(held, c.Equal) })
+			}
+			var b []byte
+			if len(cas) > 0 {
+				b = EncodeBundle(cas)
+			}
+			if prev == nil || !bytes.Equal(b, prev.runtimeBundle) {
+				// Seen now: Settle counts from here (later than the
+				// elected replica's write, never earlier).
+				next.runtimeBundle, next.runtimeSince = b, k.now()
+			}
+			// The current CA only once the gateway trusts it: renewals
+			// by it are asked for only then (as the elected replica does).
+			cur := k.Runtime.Current()
+			if cur != nil && !slices.ContainsFunc(cas, cur.Equal) {
+				cur = nil
+				if prev != nil {
+					cur = prev.runtimeCurrent
+				}
+			}
+			next.runtimeCAs, next.runtimeCurrent = cas, cur
+		}
+	}
+	if k.Gateway != nil {
+		if err := k.Gateway.Load(ctx); err != nil {
+			k.Log.Error(err, "read the gateway CA trust the elected replica keeps")
+		} else if b := k.Gateway.Bundle(); b != nil {
+			next.gatewayBundle, next.gatewayCAs, next.gatewayCurrent = b, k.Gateway.CAs(), k.Gateway.Current()
+		}
+	}
+	k.state.Store(next)
+	if prev == nil || !bytes.Equal(prev.runtimeBundle, next.runtimeBundle) || !bytes.Equal(prev.gatewayBundle, next.gatewayBundle) {
+		k.Log.Info("trust bundles kept by the elected replica published; every runtime owned here is re-reconciled", "runtimeCAs", len(next.runtimeCAs), "gatewayCAs", len(next.gatewayCAs))
+		select {
+		case k.changed <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
+		default:
+		}
+	}
+}
+
+// clientCAs are the CAs the gateway's client CA Secret holds; nil without
+// a client CA Secret (nothing gates the bundle), empty when it is absent.
+func (k *Keeper) clientCAs(ctx context.Context) ([]*x509.Certificate, error) {
+	if k.ClientCASecret.Name == "" {
+		return nil, nil
+	}
+	s := &corev1.Secret{}
+	if err := k.Client.Get(ctx, k.ClientCASecret, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return []*x509.Certificate{}, nil
+		}
+		return nil, err
+	}
+	cas, _ := ParseBundle(s.Data["ca.crt"])
+	if cas == nil {
+		cas = []*x509.Certificate{}
+	}
+	return cas, nil
 }
 
 // Sync is one pass: refresh, publish, renew the gateway certificate, fill
@@ -379,35 +482,27 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 			used[i] = true
 		}
 	}
-	kymas := identity.NewKymaList()
-	if err := k.Cache.List(ctx, kymas, client.InNamespace(k.KymaNamespace)); err != nil {
+	rts, err := k.trustRuntimes(ctx)
+	if err != nil {
 		return nil, err
 	}
 	index := map[string]int{}
 	for i, c := range cas {
 		index[Fingerprint(c)] = i
 	}
-	now, hold := time.Now, k.UnknownHold
-	if k.Now != nil {
-		now = k.Now
-	}
+	hold := k.UnknownHold
 	if hold == 0 {
 		hold = DefaultUnknownHold
 	}
+	now := k.now()
 	holding := 0
-	for i := range kymas.Items {
-		ky := &kymas.Items[i]
-		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
-			continue
-		}
-		key := client.ObjectKeyFromObject(ky).String()
-		v, ok := k.pushed.Load(key)
-		if !ok {
-			first, seen := k.unknownSince.LoadOrStore(key, now())
-			if since := first.(time.Time); now().Sub(since) < hold {
+	for _, rt := range rts {
+		if !rt.known {
+			first, seen := k.unknownSince.LoadOrStore(rt.key, now)
+			if since := first.(time.Time); now.Sub(since) < hold {
 				holding++
 				if !seen && k.Recorder != nil {
-					ref := ky.DeepCopy()
+					ref := rt.kyma.DeepCopy()
 					ref.SetGroupVersionKind(v1beta2.KymaGroupVersionKind)
 					k.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, ReasonTrustStateUnknown, "KeepCAs",
 						"%s", fmt.Sprintf("the runtime's SKR state is unknown: every CA of the runtime trust bundle is kept until it is known, at most until %s",
@@ -416,12 +511,12 @@ func (k *Keeper) runtimeCAsInUse(ctx context.Context, cas []*x509.Certificate) (
 			}
 			continue
 		}
-		k.unknownSince.Delete(key)
-		pr := v.(pushedRuntime)
-		if j, ok := index[pr.leafCA]; ok {
+		k.unknownSince.Delete(rt.key)
+		ev := rt.evidence
+		if j, ok := index[ev.CA]; ok {
 			used[j] = true
 		}
-		if j, ok := index[pr.prevLeafCA]; ok && time.Since(pr.changedAt) < k.Settle {
+		if j, ok := index[ev.PrevCA]; ok && ev.ChangedAt != nil && now.Sub(*ev.ChangedAt) < k.Settle {
 			used[j] = true
 		}
 	}
@@ -499,19 +594,14 @@ func (k *Keeper) renewGatewayCertificate(ctx context.Context, p *published) erro
 	if err != nil || leaf == nil || SignedBy(leaf, []*x509.Certificate{p.gatewayCurrent}) == 0 {
 		return err
 	}
-	kymas := identity.NewKymaList()
-	if err := k.Cache.List(ctx, kymas, client.InNamespace(k.KymaNamespace)); err != nil {
+	rts, err := k.trustRuntimes(ctx)
+	if err != nil {
 		return err
 	}
 	want := Fingerprint(p.gatewayCurrent)
 	waiting := 0
-	for i := range kymas.Items {
-		ky := &kymas.Items[i]
-		if ky.GetDeletionTimestamp() != nil || ky.GetAnnotations()[contract.AnnotationSKRDomain] == "" {
-			continue
-		}
-		held, _ := k.pushed.Load(client.ObjectKeyFromObject(ky).String())
-		if pr, _ := held.(pushedRuntime); !strings.Contains(pr.gatewayFP, ","+want+",") {
+	for _, rt := range rts {
+		if !strings.Contains(rt.evidence.Gateway, ","+want+",") {
 			waiting++
 		}
 	}

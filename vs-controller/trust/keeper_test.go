@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,6 +33,9 @@ func keeperClient(t *testing.T) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := certmanagerv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)

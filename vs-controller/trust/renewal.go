@@ -83,20 +83,14 @@ func (k *Keeper) SignerOf(leaf *x509.Certificate) *x509.Certificate {
 }
 
 // AfterPush runs once the SKR of the runtime (runtimeKey, its Kyma kyma,
-// runtime ID id) holds t: it remembers the gateway CAs the runtime trusts
-// and, when the runtime's certificate is not signed by the current CA,
+// runtime ID id) holds t: it records on the runtime's Certificate what the
+// SKR holds (AnnotationEvidence, when that changed) and, when the runtime's certificate is not signed by the current CA,
 // requests its renewal (rate-limited). A positive duration asks to come
 // back then (the rate limit).
 func (k *Keeper) AfterPush(ctx context.Context, kyma client.Object, runtimeKey, id string, t RuntimeTrust) (time.Duration, error) {
-	pr := pushedRuntime{gatewayFP: t.gatewayFP, leafCA: t.leafCA}
-	if v, ok := k.pushed.Load(runtimeKey); ok {
-		if o := v.(pushedRuntime); o.leafCA != t.leafCA {
-			pr.prevLeafCA, pr.changedAt = o.leafCA, time.Now()
-		} else {
-			pr.prevLeafCA, pr.changedAt = o.prevLeafCA, o.changedAt
-		}
+	if err := k.recordEvidence(ctx, kyma.GetNamespace(), id, t); err != nil {
+		return 0, err
 	}
-	k.pushed.Store(runtimeKey, pr)
 	if t.current == nil || t.leaf == nil || SignedBy(t.leaf, []*x509.Certificate{t.current}) == 0 {
 		k.renewalSlots.Delete(runtimeKey)
 		return 0, nil

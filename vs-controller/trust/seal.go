@@ -103,6 +103,14 @@ func (s *Seal) Key(ctx context.Context) ([]byte, error) {
 	return s.key, nil
 }
 
+// Reread makes the next use read the key Secret again: a replica that
+// follows the elected one (Anchor.Load) sees the epochs it advances.
+func (s *Seal) Reread() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.key, s.epochs = nil, nil
+}
+
 // Epoch is anchor's current epoch.
 func (s *Seal) Epoch(ctx context.Context, anchor string) (uint64, error) {
 	if _, err := s.Key(ctx); err != nil {

@@ -231,6 +231,46 @@ func (a *Anchor) Refresh(ctx context.Context) (bool, error) {
 	return changed && len(cas) > 0, nil
 }
 
+// Load reads, without writing anything, the trust the elected replica
+// keeps (a replica that does not lead, shards): the store's sealed CAs and
+// the CA Secret's current CA, expired ones left out, oldest first. Bad
+// input is left out, not reported (the elected replica reports it).
+func (a *Anchor) Load(ctx context.Context) error {
+	now := a.now()
+	if a.Seal != nil {
+		a.Seal.Reread() // the elected replica may have advanced the epoch
+	}
+	cm := &corev1.ConfigMap{}
+	if err := a.Client.Get(ctx, a.Store, cm); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read trust store %s: %w", a.Store, err)
+	}
+	cas, err := a.remembered(ctx, cm)
+	if err != nil {
+		return err
+	}
+	var current *x509.Certificate
+	secret := &corev1.Secret{}
+	switch err := a.Client.Get(ctx, a.Secret, secret); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("read CA Secret %s: %w", a.Secret, err)
+	default:
+		if ca, problem := parseCA(secret, now); problem == "" {
+			current = ca
+			cas = append(cas, ca)
+		}
+	}
+	cas = slices.DeleteFunc(dedupe(cas), func(c *x509.Certificate) bool { return !now.Before(c.NotAfter) })
+	sort.SliceStable(cas, func(i, j int) bool { return cas[i].NotBefore.Before(cas[j].NotBefore) })
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.loaded, a.cas, a.current = true, cas, current
+	if len(cas) > 0 {
+		a.pem = EncodeBundle(cas)
+	}
+	return nil
+}
+
 // retired says whether a CA of prev is not in cas.
 func retired(prev, cas []*x509.Certificate) bool {
 	for _, p := range prev {

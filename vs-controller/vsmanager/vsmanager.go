@@ -32,6 +32,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
@@ -85,9 +86,27 @@ type Options struct {
 	HealthReportBindAddress string
 	Health                  health.Options
 
+	// ShardIdentity, when set, shares the runtimes with the other replicas
+	// (package shards, docs/operations.md "Scaling"): this replica is the
+	// member of that name; the runtime reconciler (certificates, SKR
+	// bundles, take-over, the evidence of what each SKR holds) runs on every
+	// replica, each on the runtimes it owns; the cluster-wide work (Watchers
+	// → VirtualServices, the CA trust bundles and the gateway certificate,
+	// the watch-path health evaluation) stays with the elected replica, so
+	// LeaderElection is required. Empty: one replica does everything (with
+	// LeaderElection, the leader), exactly as before.
+	ShardIdentity string
+	// ShardLeaseDuration: shards.Options.LeaseDuration (the renew deadline
+	// and retry period follow from it).
+	ShardLeaseDuration time.Duration
+
 	// SkipNameValidation lets tests build several managers in one process.
 	SkipNameValidation bool
 }
+
+// ShardGroup is vs-controller's group of shard members (their Leases are
+// vs-controller-shard-<identity>, labelled shards.LabelGroup=vs-controller).
+const ShardGroup = "vs-controller"
 
 // Scheme has the kinds vs-controller reads and writes in the KCP.
 func Scheme() *k8sruntime.Scheme {
@@ -116,6 +135,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	if o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = o.KymaNamespace
+	}
+	if o.ShardIdentity != "" {
+		if !o.LeaderElection {
+			return nil, errors.New("shards need leader election: the cluster-wide work stays with one elected replica")
+		}
+		cfg = shards.WithUserAgent(cfg, o.ShardIdentity)
 	}
 	inKymaNS := map[string]cache.Config{o.KymaNamespace: {}}
 	// Least privilege (docs/security.md): of the Secrets in the Kyma
@@ -159,6 +184,15 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		c.AllowInsecure = o.AllowInsecureSKR
 		clients = c
 	}
+	var members *shards.Shards
+	if o.ShardIdentity != "" {
+		if members, err = shards.ForConfig(cfg, o.LeaderElectionNamespace, ShardGroup, o.ShardIdentity, o.ShardLeaseDuration, ctrl.Log.WithName("shards")); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(members); err != nil {
+			return nil, err
+		}
+	}
 	rr := &runtimes.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -175,6 +209,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		Resync:                  o.Resync,
 		MaxConcurrentReconciles: o.RuntimeWorkers,
 		Adoption:                o.Adoption,
+		Shards:                  members,
 	}
 	if rr.Trust, err = o.Trust.Keeper(mgr, o.KymaNamespace); err != nil {
 		return nil, err

@@ -32,11 +32,12 @@ var (
 	}, []string{"kind"})
 	// RuntimeReconciles counts runtime reconciles that reached the SKR, by
 	// result: applied, unchanged, unreachable, failed, invalid-kubeconfig,
-	// removed.
+	// removed; not-owner counts passes refused because another replica owns
+	// the runtime (shards).
 	RuntimeReconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: Subsystem,
 		Name: "runtime_reconciles_total",
-		Help: "Runtime reconciles that reached the SKR, by outcome: applied, unchanged, unreachable, failed, invalid-kubeconfig, removed.",
+		Help: "Runtime reconciles that reached the SKR, by outcome: applied, unchanged, unreachable, failed, invalid-kubeconfig, removed; and not-owner: passes not begun because another replica owns the runtime (shards).",
 	}, []string{"result"})
 	// RuntimeWrites counts the runtime reconciler's write requests (KCP and
 	// SKR) by kind.
