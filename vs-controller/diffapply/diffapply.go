@@ -179,9 +179,11 @@ func isEmptyMap(v any) bool {
 	return ok && len(m) == 0
 }
 
-// Writer is the part of a client that Ensure writes with.
+// Writer is the part of a client that Ensure writes with: apply, and update
+// for what apply cannot remove (Apply).
 type Writer interface {
 	Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error
+	Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error
 }
 
 // Ensure applies desired (from Desired) with fieldOwner and forced ownership
@@ -200,12 +202,32 @@ func Ensure(ctx context.Context, w Writer, fieldOwner string, desired *unstructu
 
 // Apply applies desired with fieldOwner and forced ownership and returns
 // the resourceVersion the server answered with. desired is not modified.
+//
+// Forced ownership takes every field desired sets, but server-side apply
+// removes a list item desired leaves out only when no other field manager
+// owns part of it: after a `kubectl edit` (an update) touched, say, a
+// webhook of the runtime's webhook configuration, applying the
+// configuration without that webhook left it in place, and the runtime
+// kept calling for a Watcher long deleted (the e2e at 53b29bc). So when the
+// answer still differs from desired, Apply replaces the object with desired
+// (an update at the answered resourceVersion; a conflict is returned and
+// retried by the caller's next pass). Extra map keys and the server's
+// defaults are no difference (UpToDate), so an object others annotate or
+// label is never replaced for that.
 func Apply(ctx context.Context, w Writer, fieldOwner string, desired *unstructured.Unstructured) (string, error) {
 	obj := desired.DeepCopy()
 	if err := w.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return "", fmt.Errorf("apply %s %s: %w", desired.GetKind(), client.ObjectKeyFromObject(desired), err)
 	}
-	return obj.GetResourceVersion(), nil
+	if ok, err := UpToDate(desired, obj); err != nil || ok {
+		return obj.GetResourceVersion(), err
+	}
+	replace := desired.DeepCopy()
+	replace.SetResourceVersion(obj.GetResourceVersion())
+	if err := w.Update(ctx, replace, client.FieldOwner(fieldOwner)); err != nil {
+		return "", fmt.Errorf("replace %s %s (apply left what another field manager owns): %w", desired.GetKind(), client.ObjectKeyFromObject(desired), err)
+	}
+	return replace.GetResourceVersion(), nil
 }
 
 // Memo remembers, per object, the resourceVersion at which it was last

@@ -116,12 +116,17 @@ func live(t *testing.T, desired runtime.Object, edit func(*corev1.Secret)) *core
 }
 
 type recorder struct {
-	applied int
-	err     error
+	applied, updated int
+	err              error
 }
 
 func (r *recorder) Apply(_ context.Context, _ runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
 	r.applied++
+	return r.err
+}
+
+func (r *recorder) Update(context.Context, client.Object, ...client.UpdateOption) error {
+	r.updated++
 	return r.err
 }
 
@@ -157,6 +162,64 @@ func TestEnsure(t *testing.T) {
 	rec := &recorder{err: errors.New("boom")}
 	if _, err := diffapply.Ensure(context.Background(), rec, "me", desired, nil); err == nil {
 		t.Fatal("apply error not returned")
+	}
+}
+
+// keeper answers an apply as the API server does when another field manager
+// co-owns a list item the applied object leaves out: the item stays.
+type keeper struct {
+	kept     []any
+	replaced *unstructured.Unstructured
+}
+
+func (k *keeper) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
+	// ApplyConfigurationFromUnstructured wraps the object: the answer is
+	// written into it.
+	o := obj.(interface {
+		UnstructuredContent() map[string]any
+		SetResourceVersion(string)
+	})
+	items, _, _ := unstructured.NestedSlice(o.UnstructuredContent(), "webhooks")
+	if err := unstructured.SetNestedSlice(o.UnstructuredContent(), append(items, k.kept...), "webhooks"); err != nil {
+		return err
+	}
+	o.SetResourceVersion("2")
+	return nil
+}
+
+func (k *keeper) Update(_ context.Context, obj client.Object, _ ...client.UpdateOption) error {
+	k.replaced = obj.(*unstructured.Unstructured).DeepCopy()
+	obj.SetResourceVersion("3")
+	return nil
+}
+
+// TestApplyReplacesWhatApplyKeeps: an apply whose answer still holds a list
+// item desired left out is followed by a replacement at the answered
+// resourceVersion; an answer that holds desired is not.
+func TestApplyReplacesWhatApplyKeeps(t *testing.T) {
+	vwc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+		"metadata": map[string]any{"name": "skr-webhook"},
+		"webhooks": []any{map[string]any{"name": "kept.example.com"}},
+	}}
+	desired, err := diffapply.Desired(vwc, vwc.GroupVersionKind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &keeper{}
+	if rv, err := diffapply.Apply(context.Background(), k, "me", desired); err != nil || rv != "2" || k.replaced != nil {
+		t.Fatalf("nothing kept: rv %q, err %v, replaced %v", rv, err, k.replaced)
+	}
+	k = &keeper{kept: []any{map[string]any{"name": "deleted-watcher.example.com"}}}
+	rv, err := diffapply.Apply(context.Background(), k, "me", desired)
+	if err != nil || rv != "3" || k.replaced == nil {
+		t.Fatalf("an item kept: rv %q, err %v, replaced %v", rv, err, k.replaced)
+	}
+	if k.replaced.GetResourceVersion() != "2" {
+		t.Errorf("replaced at resourceVersion %q, want the answered 2", k.replaced.GetResourceVersion())
+	}
+	if hooks, _, _ := unstructured.NestedSlice(k.replaced.Object, "webhooks"); len(hooks) != 1 {
+		t.Errorf("replacement holds %d webhooks, want desired's 1", len(hooks))
 	}
 }
 

@@ -229,6 +229,31 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
 	})
 
+	// A webhook configuration written by anyone else (a restore from a
+	// copy: a create, another field manager) is co-owned by that manager,
+	// and server-side apply keeps a webhook vs-controller no longer applies.
+	// The e2e at 53b29bc kept a deleted Watcher's webhook after the
+	// watch-path health specs had deleted the configuration and restored
+	// it from a copy.
+	It("removes a deleted Watcher's webhook from the runtime even after someone else wrote the configuration", func(ctx SpecContext) {
+		w := newWatcher(watcherNS, "edited", "edited-operator", map[string]string{"x": "y"})
+		Expect(kcp.Client.Create(ctx, w)).To(Succeed())
+		name := watcherNS + ".edited.operator.kyma-project.io"
+		Eventually(webhookNames(ctx)).Should(ContainElement(name))
+
+		By("restoring the configuration from a copy, as a backup restore or kubectl replace --force does")
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(skr.Client.Get(ctx, client.ObjectKey{Name: bundle.Name}, vwc)).To(Succeed())
+		Expect(skr.Client.Delete(ctx, vwc.DeepCopy())).To(Succeed())
+		vwc.ResourceVersion, vwc.UID, vwc.CreationTimestamp, vwc.ManagedFields = "", "", metav1.Time{}, nil
+		Expect(client.IgnoreAlreadyExists(skr.Client.Create(ctx, vwc, client.FieldOwner("restore")))).To(Succeed())
+
+		By("deleting the Watcher")
+		Expect(kcp.Client.Delete(ctx, w)).To(Succeed())
+		Eventually(webhookNames(ctx)).ShouldNot(ContainElement(name))
+		Eventually(webhookNames(ctx)).Should(Equal(usableWebhookNames(ctx)))
+	})
+
 	// Issue 24: a Watcher in another namespace claiming the route of an
 	// existing manager, watching everything, would send every write of the
 	// runtime to the owner's listener.
