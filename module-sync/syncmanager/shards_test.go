@@ -34,19 +34,7 @@ import (
 
 // shardsAudit records, in the KCP's audit log, every write of a shard
 // member's Lease with the Lease itself, and every write of a SyncResource.
-const shardsAudit = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch"]
-  namespaces: ["kcp-system"]
-  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
-- level: Metadata
-  verbs: ["create", "update", "patch", "delete"]
-  resources: [{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}]
-- level: None
-`
+var shardsAudit = shardaudit.Policy(`[{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}]`)
 
 // shardsChaos: how long TestShards keeps changing the membership after its
 // first four changes (issue 36 asks for several minutes).
@@ -76,7 +64,7 @@ type fleet struct {
 
 func newFleet(tb testing.TB, n int) *fleet {
 	tb.Helper()
-	env, err := testenv.StartAudited([]byte(shardsAudit), "kcp", "skr")
+	env, err := testenv.StartAudited(shardsAudit, "kcp", "skr")
 	if err != nil {
 		tb.Fatal(err)
 	}

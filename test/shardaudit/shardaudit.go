@@ -37,6 +37,27 @@ type Event struct {
 	RequestObject   json.RawMessage  `json:"requestObject"`
 }
 
+// Policy is the KCP audit policy Check reads: every write of a shard
+// member's Lease in kcp-system with the Lease itself (the views it
+// published), and the metadata of every write of the runtimes' objects,
+// written: a YAML flow list of audit resource groups, as
+// `[{group: "g", resources: ["r", "r/status"]}]`.
+func Policy(written string) []byte {
+	return []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch"]
+  namespaces: ["kcp-system"]
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources: ` + written + `
+- level: None
+`)
+}
+
 // Member is the shard identity in a user agent; "" when it names none.
 func Member(userAgent string) string {
 	i := strings.Index(userAgent, " shard/")

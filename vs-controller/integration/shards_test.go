@@ -38,19 +38,7 @@ import (
 // vsShardsAudit records every write of a shard member's Lease with the
 // Lease itself, and every write of a Kyma or a Certificate (the KCP
 // objects a runtime's pass writes).
-const vsShardsAudit = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-- level: RequestResponse
-  verbs: ["create", "update", "patch"]
-  namespaces: ["kcp-system"]
-  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
-- level: Metadata
-  verbs: ["create", "update", "patch", "delete"]
-  resources: [{group: "cert-manager.io", resources: ["certificates", "certificates/status"]}, {group: "operator.kyma-project.io", resources: ["kymas"]}]
-- level: None
-`
+var vsShardsAudit = shardaudit.Policy(`[{group: "cert-manager.io", resources: ["certificates", "certificates/status"]}, {group: "operator.kyma-project.io", resources: ["kymas"]}]`)
 
 const (
 	vsShardsRuntimes = 12
@@ -73,7 +61,7 @@ const (
 // moved more often than membership changed.
 func TestShards(t *testing.T) {
 	testenv.SkipIfShort(t)
-	env, err := testenv.StartAudited([]byte(vsShardsAudit), "kcp", "skr")
+	env, err := testenv.StartAudited(vsShardsAudit, "kcp", "skr")
 	if err != nil {
 		t.Fatal(err)
 	}
