@@ -236,9 +236,9 @@ var _ = Describe("Runtime → Certificate and SKR bundle", Ordered, func() {
 	// watch-path health specs had deleted the configuration and restored
 	// it from a copy.
 	It("removes a deleted Watcher's webhook from the runtime even after someone else wrote the configuration", func(ctx SpecContext) {
-		w := newWatcher(watcherNS, "edited", "edited-operator", map[string]string{"x": "y"})
+		w := newWatcher(watcherNS, "restored", "restored-operator", map[string]string{"x": "y"})
 		Expect(kcp.Client.Create(ctx, w)).To(Succeed())
-		name := watcherNS + ".edited.operator.kyma-project.io"
+		name := watcherNS + ".restored.operator.kyma-project.io"
 		Eventually(webhookNames(ctx)).Should(ContainElement(name))
 
 		By("restoring the configuration from a copy, as a backup restore or kubectl replace --force does")

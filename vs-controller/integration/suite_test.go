@@ -6,6 +6,7 @@ package integration_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sort"
 	"testing"
@@ -142,7 +143,19 @@ func newGateway(name string, labels map[string]string, hosts ...string) *istione
 	return gw
 }
 
+// managerUsers is the spec that first named each manager in newWatcher. The suite shares one KCP and keeps every Watcher, and the
+// oldest Watcher of a manager holds its route: a second container naming
+// the same manager gets a Watcher that (rightly) loses, and its spec fails
+// or passes depending on the order (the CI run at 4a299ac). A spec that
+// wants a route conflict names one manager twice itself.
+var managerUsers = map[string]string{}
+
 func newWatcher(ns, name, manager string, gatewayLabels map[string]string) *v1beta2.Watcher {
+	spec := CurrentSpecReport().FullText()
+	if first, ok := managerUsers[manager]; ok && first != spec {
+		Fail(fmt.Sprintf("manager %q is already used by %q; give each spec's Watchers their own manager", manager, first), 1)
+	}
+	managerUsers[manager] = spec
 	return &v1beta2.Watcher{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1beta2.WatcherSpec{

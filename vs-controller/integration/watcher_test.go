@@ -74,15 +74,15 @@ var _ = Describe("Watcher → VirtualService", func() {
 		Expect(kcp.Client.Create(ctx, newGateway("shape-a-"+suffix, sel, "b.example.com", "a.example.com"))).To(Succeed())
 		Expect(kcp.Client.Create(ctx, newGateway("shape-b-"+suffix, sel, "a.example.com", "c.example.com"))).To(Succeed())
 		Expect(kcp.Client.Create(ctx, newGateway("shape-other-"+suffix, nil, "other.example.com"))).To(Succeed())
-		w := newWatcher(ns, "lifecycle-manager", "lifecycle-manager", sel)
+		w := newWatcher(ns, "shape", "shape-operator", sel)
 		Expect(kcp.Client.Create(ctx, w)).To(Succeed())
 		key := client.ObjectKeyFromObject(w)
 
 		Eventually(getVS(ctx, key)).Should(Equal(vsView{
 			Gateways: []string{gatewayNS + "/shape-a-" + suffix, gatewayNS + "/shape-b-" + suffix},
 			Hosts:    []string{"a.example.com", "b.example.com", "c.example.com"},
-			Prefix:   "/v2/lifecycle-manager/event",
-			Host:     "lifecycle-manager-event-service." + ns + ".svc.cluster.local",
+			Prefix:   "/v2/shape-operator/event",
+			Host:     "shape-operator-event-service." + ns + ".svc.cluster.local",
 			Port:     8082,
 			Routes:   1,
 		}))
