@@ -229,6 +229,17 @@ func (s *Shards) OwnerOf(runtime string) string {
 	return s.owner(runtime, s.adopted)
 }
 
+// Elsewhere says whether another member owns runtime under the view this
+// member works under (false for a single replica): what this member keeps
+// for it (its runtime clients) can go.
+func (s *Shards) Elsewhere(runtime string) bool {
+	if s == nil {
+		return false
+	}
+	owner := s.OwnerOf(runtime)
+	return owner != "" && owner != s.o.Identity
+}
+
 // Owns says whether a pass over runtime may begin here now.
 func (s *Shards) Owns(runtime string) bool {
 	if s == nil {

@@ -128,8 +128,11 @@ func TestMembers(t *testing.T) {
 			t.Errorf("%d runtimes unowned with one member", unowned)
 		}
 		var nilShards *Shards
-		if !nilShards.Owns(runtimes[0]) {
+		if !nilShards.Owns(runtimes[0]) || nilShards.Elsewhere(runtimes[0]) {
 			t.Error("without sharding a runtime is not owned")
+		}
+		if a.Elsewhere(runtimes[0]) {
+			t.Error("a single member sees its runtime elsewhere")
 		}
 	})
 
@@ -142,6 +145,17 @@ func TestMembers(t *testing.T) {
 			for _, r := range runtimes {
 				if gained(r) {
 					gainedB++
+				}
+			}
+			return nil
+		})
+		// What a is told when the membership changes: the runtimes it
+		// lost are elsewhere (the controllers drop their runtime clients).
+		elsewhereA := map[string]bool{}
+		a.OnChange(func(func(string) bool) error {
+			for _, r := range runtimes {
+				if a.Elsewhere(r) {
+					elsewhereA[r] = true
 				}
 			}
 			return nil
@@ -170,6 +184,14 @@ func TestMembers(t *testing.T) {
 			}
 		}
 		assertShare(t, "b joined", owned, 2)
+		if len(elsewhereA) != moved {
+			t.Errorf("a was told of %d runtimes elsewhere, %d moved to b", len(elsewhereA), moved)
+		}
+		for r := range elsewhereA {
+			if after[r] != "b" {
+				t.Errorf("a saw %s elsewhere, but it is %s's", r, after[r])
+			}
+		}
 		if gainedB != owned["b"] {
 			t.Errorf("b was told of %d runtimes gained, owns %d", gainedB, owned["b"])
 		}

@@ -47,6 +47,9 @@ func (r *Runtimes) ForUser(ctx context.Context, runtimeID, user string) (client.
 // as (ClusterOf).
 const userSeparator = "\x00"
 
+// Forget drops the clients of runtimeID (its users' too).
+func (r *Runtimes) Forget(runtimeID string) { r.Clients.Forget(r.Key(runtimeID)) }
+
 // Key is the key of runtimeID's client in Clients.
 func (r *Runtimes) Key(runtimeID string) string { return r.Namespace + "/" + runtimeID }
 

@@ -107,7 +107,8 @@ func TestRuntimesShareTheClusterMapper(t *testing.T) {
 			t.Errorf("%s: a client of its own (%v) sharing the runtime's mapper (%v)", user, c != admin, c.RESTMapper() == admin.RESTMapper())
 		}
 	}
-	if _, err := r.ForUser(ctx, "rt-b", "alice"); err != nil {
+	bAlice, err := r.ForUser(ctx, "rt-b", "alice")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(hosts) != 2 || hosts[0] != "https://rt-a.example:6443" || hosts[1] != "https://rt-b.example:6443" {
@@ -118,12 +119,18 @@ func TestRuntimesShareTheClusterMapper(t *testing.T) {
 	if err := kcp.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.ForUser(ctx, "rt-a", "alice"); err != nil {
+	aAlice, err := r.ForUser(ctx, "rt-a", "alice")
+	if err != nil {
 		t.Fatal(err)
 	}
 	clients.Forget(r.Key("rt-b"))
-	if _, err := r.ForUser(ctx, "rt-b", "alice"); err != nil {
+	if c, err := r.ForUser(ctx, "rt-b", "alice"); err != nil {
 		t.Fatal(err)
+	} else if c == bAlice {
+		t.Error("Forget of the runtime kept its user's client")
+	}
+	if c, err := r.ForUser(ctx, "rt-a", "alice"); err != nil || c != aAlice {
+		t.Errorf("Forget of rt-b dropped rt-a's client (%v)", err)
 	}
 	if len(hosts) != 4 {
 		t.Fatalf("NewMapper for %v, want once more after new credentials and after Forget", hosts)

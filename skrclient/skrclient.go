@@ -115,8 +115,11 @@ type KubeconfigClients struct {
 	// them with ErrInsecure or ErrPlainHTTP.
 	AllowInsecure bool
 
-	mu      sync.Mutex
-	clients map[string]cachedClient
+	mu sync.Mutex
+	// clients: by cluster (ClusterOf the key), then by key, so that
+	// forgetting a runtime costs its own clients only (a shard member
+	// forgets every runtime it lost at once).
+	clients map[string]map[string]cachedClient
 	// mappers: NewMapper's mapper of each cluster (ClusterOf the key),
 	// shared by the clients of its users (Runtimes.ForUser): what a
 	// cluster serves does not depend on who asks, and a dynamic mapper
@@ -128,6 +131,9 @@ type KubeconfigClients struct {
 type cachedClient struct {
 	sum    [sha256.Size]byte
 	client client.Client
+	// http is the client's own HTTP client: Forget closes its idle
+	// connections.
+	http *http.Client
 }
 
 type cachedMapper struct {
@@ -167,7 +173,7 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	}
 	sum := sha256.Sum256(kubeconfig)
 	k.mu.Lock()
-	if c, ok := k.clients[key]; ok && c.sum == sum {
+	if c, ok := k.clients[ClusterOf(key)][key]; ok && c.sum == sum {
 		k.mu.Unlock()
 		return c.client, nil
 	}
@@ -218,9 +224,15 @@ func (k *KubeconfigClients) For(_ context.Context, key string, kubeconfig []byte
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.clients == nil {
-		k.clients, k.mappers = map[string]cachedClient{}, map[string]cachedMapper{}
+		k.clients, k.mappers = map[string]map[string]cachedClient{}, map[string]cachedMapper{}
 	}
-	k.clients[key] = cachedClient{sum: sum, client: c}
+	if k.clients[cluster] == nil {
+		k.clients[cluster] = map[string]cachedClient{}
+	}
+	if old, ok := k.clients[cluster][key]; ok {
+		old.http.CloseIdleConnections()
+	}
+	k.clients[cluster][key] = cachedClient{sum: sum, client: c, http: opts.HTTPClient}
 	if newMapper {
 		k.mappers[cluster] = cachedMapper{sum: csum, mapper: opts.Mapper}
 	}
@@ -239,19 +251,28 @@ var ErrPlainHTTP = errors.New("kubeconfig server is not https://; the runtime's 
 	"(vs-controller's --allow-insecure-skr accepts it, for local use only)")
 
 // Forget implements ClusterClients; forgetting a cluster's own key (no
-// user) also drops its users' clients and its REST mapper.
+// user) also drops its users' clients and its REST mapper. The idle
+// connections of the clients dropped are closed; a request in flight on
+// one of them still completes.
 func (k *KubeconfigClients) Forget(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.clients, key)
-	if ClusterOf(key) != key {
-		return
-	}
-	delete(k.mappers, key)
-	for other := range k.clients {
-		if ClusterOf(other) == key {
-			delete(k.clients, other)
+	cluster := ClusterOf(key)
+	var drop []cachedClient
+	if cluster != key {
+		if c, ok := k.clients[cluster][key]; ok {
+			drop = append(drop, c)
+			delete(k.clients[cluster], key)
 		}
+	} else {
+		for _, c := range k.clients[cluster] {
+			drop = append(drop, c)
+		}
+		delete(k.clients, cluster)
+		delete(k.mappers, cluster)
+	}
+	for _, c := range drop {
+		c.http.CloseIdleConnections()
 	}
 }
 

@@ -178,14 +178,21 @@ func TestFakeRendererEnsure(t *testing.T) {
 		t.Errorf("after the grant shrank: %v", got)
 	}
 
-	// Forget: the same grant is written again.
-	r.Forget("rt")
+	// The same client and grant: nothing is written.
 	c.Reset()
 	if err := r.Ensure(ctx, c, "rt", g2); err != nil {
 		t.Fatal(err)
 	}
+	if n := c.Count(fakecluster.Apply, ""); n != 0 {
+		t.Errorf("the same grant with the same client: %d applies, want none", n)
+	}
+	// A new client of the runtime (its kubeconfig changed, or it came back
+	// to this replica): the same grant is written again.
+	if err := r.Ensure(ctx, newClient(c), "rt", g2); err != nil {
+		t.Fatal(err)
+	}
 	if c.Count(fakecluster.Apply, "") == 0 {
-		t.Error("after Forget, Ensure wrote nothing")
+		t.Error("with a new client of the runtime, Ensure wrote nothing")
 	}
 }
 
@@ -272,9 +279,8 @@ func TestFakePolicyActive(t *testing.T) {
 	if err := r.PolicyActive(ctx, c, "rt-2"); !errors.Is(err, fakecluster.ErrUnreachable) {
 		t.Errorf("another runtime is asked: %v", err)
 	}
-	r.Forget("rt")
-	if err := r.PolicyActive(ctx, c, "rt"); !errors.Is(err, fakecluster.ErrUnreachable) {
-		t.Errorf("after Forget the runtime is asked again: %v", err)
+	if err := r.PolicyActive(ctx, newClient(c), "rt"); !errors.Is(err, fakecluster.ErrUnreachable) {
+		t.Errorf("with a new client the runtime is asked again: %v", err)
 	}
 }
 
@@ -341,3 +347,7 @@ func TestFakeGrantChecks(t *testing.T) {
 		t.Error("users outside the prefix")
 	}
 }
+
+// newClient is another client of c's runtime (what skrclient builds after
+// it dropped the runtime's clients).
+func newClient(c *fakecluster.Cluster) client.Client { return &struct{ *fakecluster.Cluster }{c} }

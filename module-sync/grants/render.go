@@ -36,26 +36,22 @@ func clusterRole(module string) string    { return User(module) + ":cluster" }
 
 // Renderer keeps a module's RBAC in each runtime as its grant says. It
 // remembers per runtime and module the grant it last rendered completely,
-// so a pass whose grant did not change sends no request.
+// and with which client, so a pass whose grant and client did not change
+// sends no request. A new client of the runtime (its kubeconfig changed,
+// or the runtime came back to this replica, whose shard dropped its
+// clients when another replica owned it) renders again: what the runtime
+// holds may have changed meanwhile.
 type Renderer struct {
 	mu   sync.Mutex
-	last map[string][sha256.Size]byte
-	// active: runtime key -> its API server enforces the workload policy
-	// (PolicyActive).
-	active map[string]bool
+	last map[string]rendered
+	// active: runtime key -> the probe client with which its API server
+	// was found enforcing the workload policy (PolicyActive).
+	active map[string]client.Client
 }
 
-// Forget drops what the renderer remembers of runtimeKey (the runtime's
-// client changed or went away).
-func (r *Renderer) Forget(runtimeKey string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.active, runtimeKey)
-	for k := range r.last {
-		if len(k) > len(runtimeKey) && k[:len(runtimeKey)+1] == runtimeKey+"\x00" {
-			delete(r.last, k)
-		}
-	}
+type rendered struct {
+	sum   [sha256.Size]byte
+	admin client.Client
 }
 
 // Ensure writes, with the runtime's own (admin) client, the workload
@@ -71,7 +67,7 @@ func (r *Renderer) Ensure(ctx context.Context, admin client.Client, runtimeKey s
 	sum := digest(g)
 	key := runtimeKey + "\x00" + g.Module
 	r.mu.Lock()
-	same := r.last[key] == sum
+	same := r.last[key] == rendered{sum: sum, admin: admin}
 	r.mu.Unlock()
 	if same {
 		return nil
@@ -106,9 +102,9 @@ func (r *Renderer) Ensure(ctx context.Context, admin client.Client, runtimeKey s
 	if complete {
 		r.mu.Lock()
 		if r.last == nil {
-			r.last = map[string][sha256.Size]byte{}
+			r.last = map[string]rendered{}
 		}
-		r.last[key] = sum
+		r.last[key] = rendered{sum: sum, admin: admin}
 		r.mu.Unlock()
 	}
 	return nil

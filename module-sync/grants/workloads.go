@@ -57,11 +57,11 @@ var ErrWorkloadPolicyInactive = errors.New("the runtime does not enforce the mod
 // PolicyActive returns nil once the runtime's API server refuses, for the
 // probe user (probe acts as ProbeUser), a dry-run Pod that mounts the
 // bundle's Secret — the policy is in effect there — and remembers that per
-// runtimeKey; ErrWorkloadPolicyInactive (wrapped) while the runtime answers
+// runtimeKey and probe client; ErrWorkloadPolicyInactive (wrapped) while the runtime answers
 // otherwise, and the transport's error when it does not answer.
 func (r *Renderer) PolicyActive(ctx context.Context, probe client.Client, runtimeKey string) error {
 	r.mu.Lock()
-	ok := r.active[runtimeKey]
+	ok := r.active[runtimeKey] == probe
 	r.mu.Unlock()
 	if ok {
 		return nil
@@ -80,9 +80,9 @@ func (r *Renderer) PolicyActive(ctx context.Context, probe client.Client, runtim
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "may not use the Secrets"):
 		r.mu.Lock()
 		if r.active == nil {
-			r.active = map[string]bool{}
+			r.active = map[string]client.Client{}
 		}
-		r.active[runtimeKey] = true
+		r.active[runtimeKey] = probe
 		r.mu.Unlock()
 		return nil
 	}

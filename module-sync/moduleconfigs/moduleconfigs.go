@@ -162,8 +162,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, events <-chan event.Gene
 		Complete(r)
 }
 
-// gained enqueues the runtimes this replica gained and counts those it
-// owns (runtime_watcher_shard_owned_runtimes).
+// gained enqueues the runtimes this replica gained, drops the runtime
+// clients of those another replica owns now, and counts those it owns
+// (runtime_watcher_shard_owned_runtimes).
 func (r *Reconciler) gained(gained func(runtime string) bool) error {
 	if !r.requeue.Started() {
 		return nil // its start enqueues every object, and its passes ask the owner
@@ -180,6 +181,10 @@ func (r *Reconciler) gained(gained func(runtime string) bool) error {
 		}
 		if gained(key.String()) {
 			r.requeue.Add(reconcile.Request{NamespacedName: key})
+		} else if r.Shards.Elsewhere(key.String()) {
+			// Another replica owns it now: its clients (the module
+			// users' too, shared with the SyncResource passes) go.
+			r.Runtimes.Forget(identity.RuntimeIDOf(&list.Items[i]))
 		}
 	}
 	r.Shards.SetOwned(owned)

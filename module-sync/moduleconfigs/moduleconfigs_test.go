@@ -7,6 +7,8 @@ package moduleconfigs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +34,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/pacing"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmetrics"
+	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
 )
@@ -401,5 +404,43 @@ func TestArrivalsConfirm(t *testing.T) {
 	a.begin(rt, t0.Add(2010*time.Millisecond), 2*time.Second) // the confirm pass
 	if d := a.next(rt, t0.Add(2020*time.Millisecond), time.Minute); d != time.Minute {
 		t.Errorf("after the confirm pass: next after %v, want the interval", d)
+	}
+}
+
+// TestLostRuntimesForgetTheirClients: when the membership changes, a
+// replica drops the clients (the module users' too) of the runtimes
+// another replica owns now, and keeps those of its own.
+func TestLostRuntimesForgetTheirClients(t *testing.T) {
+	var kymas []client.Object
+	for i := range 8 {
+		kymas = append(kymas, fakecluster.Kyma(ns, fmt.Sprintf("kyma-%d", i), fmt.Sprintf("runtime-%d", i), ""))
+	}
+	s := newSetup(t, kymas...)
+	members := fakecluster.ShardMembers(t, ns, "module-sync", "ms-0", "ms-1")
+	s.r.Shards = members["ms-0"]
+	s.r.Shards.OnChange(s.r.gained)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	t.Cleanup(q.ShutDown)
+	if err := s.r.requeue.Source().Start(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	// ms-0 alone, then ms-1 joins: ms-0 adopts the view of both.
+	members.Settle(t.Context(), "ms-0")
+	members.Settle(t.Context(), "ms-0", "ms-1")
+
+	want := []string{}
+	for _, k := range append([]client.Object{fakecluster.Kyma(ns, "kyma-a", "runtime-a", "")}, kymas...) {
+		if shards.Owner(client.ObjectKeyFromObject(k).String(), []string{"ms-0", "ms-1"}) == "ms-1" {
+			want = append(want, s.r.Runtimes.Key(identity.RuntimeIDOf(k)))
+		}
+	}
+	if len(want) == 0 || len(want) == len(kymas)+1 {
+		t.Fatalf("the hash gave ms-1 %d of %d runtimes; pick other names", len(want), len(kymas)+1)
+	}
+	got := s.runtimes.Forgotten()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("forgot the clients of %v, want those ms-1 owns now: %v", got, want)
 	}
 }

@@ -100,8 +100,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 }
 
-// gained enqueues the runtimes this replica gained and counts those it
-// owns (runtime_watcher_shard_owned_runtimes{group="vs-controller"}).
+// gained enqueues the runtimes this replica gained, drops the runtime
+// clients of those another replica owns now (their connections and REST
+// mappers; the elected replica's health checks build one again when they
+// need it) and counts those it owns
+// (runtime_watcher_shard_owned_runtimes{group="vs-controller"}).
 func (r *Reconciler) gained(gained func(runtime string) bool) error {
 	if !r.requeue.Started() {
 		return nil // its start enqueues every Kyma, and its passes ask the owner
@@ -118,6 +121,8 @@ func (r *Reconciler) gained(gained func(runtime string) bool) error {
 		}
 		if gained(key.String()) {
 			r.requeue.Add(reconcile.Request{NamespacedName: key})
+		} else if r.Shards.Elsewhere(key.String()) {
+			r.Clients.Forget(key.String())
 		}
 	}
 	r.Shards.SetOwned(owned)

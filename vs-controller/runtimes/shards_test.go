@@ -1,12 +1,15 @@
 package runtimes
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
@@ -18,11 +21,7 @@ import (
 // (fenced until its first renewal).
 func member(t *testing.T) *shards.Shards {
 	t.Helper()
-	s, err := shards.New(shards.Options{Leases: fake.NewClientset().CoordinationV1(), Namespace: kymaNS, Group: "vs-controller", Identity: "vs-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return fakecluster.ShardMembers(t, kymaNS, "vs-controller", "vs-0")["vs-0"]
 }
 
 // TestNotOwnerWritesNothing: a replica that does not own a runtime begins
@@ -84,5 +83,44 @@ func TestHealthRuntimesWithShards(t *testing.T) {
 	s.r.Shards = nil
 	if got := list(); len(got) != 0 {
 		t.Errorf("without shards (the passes of this process only): %v, want none", got)
+	}
+}
+
+// TestLostRuntimesForgetTheirClients: when the membership changes, a
+// replica drops the runtime clients (connections, REST mappers) of the
+// runtimes another replica owns now, and keeps those of its own.
+func TestLostRuntimesForgetTheirClients(t *testing.T) {
+	var kymas []client.Object
+	for i := range 8 {
+		kymas = append(kymas, fakecluster.Kyma(kymaNS, fmt.Sprintf("kyma-%d", i), fmt.Sprintf("runtime-%d", i), "x.example.com"))
+	}
+	s := newSetup(t, kymas...)
+	members := fakecluster.ShardMembers(t, kymaNS, "vs-controller", "vs-0", "vs-1")
+	s.r.Shards = members["vs-0"]
+	s.r.Shards.OnChange(s.r.gained)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	t.Cleanup(q.ShutDown)
+	if err := s.r.requeue.Source().Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	// vs-0 alone, then vs-1 joins: vs-0 adopts the view of both.
+	members.Settle(ctx, "vs-0")
+	members.Settle(ctx, "vs-0", "vs-1")
+
+	want := []string{}
+	for _, k := range append([]client.Object{fakecluster.Kyma(kymaNS, "kyma-a", "", "")}, kymas...) {
+		key := client.ObjectKeyFromObject(k).String()
+		if shards.Owner(key, []string{"vs-0", "vs-1"}) == "vs-1" {
+			want = append(want, key)
+		}
+	}
+	if len(want) == 0 || len(want) == len(kymas)+1 {
+		t.Fatalf("the hash gave vs-1 %d of %d runtimes; pick other names", len(want), len(kymas)+1)
+	}
+	got := s.runtimes.Forgotten()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("forgot the clients of %v, want those vs-1 owns now: %v", got, want)
 	}
 }
