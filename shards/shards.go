@@ -70,6 +70,12 @@ const (
 	// AnnotationView is the view the member works under: the members'
 	// identities, comma-separated and sorted.
 	AnnotationView = "shards.operator.kyma-project.io/view"
+	// LabelOwner, on an object a member keeps for one runtime (written by
+	// the component, e.g. vs-controller's runtime Certificate), is the
+	// identity of the member that last wrote it: `kubectl get -L
+	// shards.operator.kyma-project.io/owner` shows which replica keeps
+	// each runtime. Set only when the identity is a valid label value.
+	LabelOwner = "shards.operator.kyma-project.io/owner"
 )
 
 // Defaults of Options (client-go leader election's).
@@ -181,6 +187,19 @@ func (s *Shards) Identity() string {
 		return ""
 	}
 	return s.o.Identity
+}
+
+// LabelOwned sets LabelOwner on obj to this member's identity (nothing for
+// a single replica, or an identity that is no valid label value).
+func (s *Shards) LabelOwned(obj metav1.Object) {
+	if id := s.Identity(); id != "" && len(validation.IsValidLabelValue(id)) == 0 {
+		set := obj.GetLabels()
+		if set == nil {
+			set = map[string]string{}
+		}
+		set[LabelOwner] = id
+		obj.SetLabels(set)
+	}
 }
 
 // OnChange registers f, called (from the member's loop) whenever this

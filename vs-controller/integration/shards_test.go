@@ -259,6 +259,17 @@ func TestShards(t *testing.T) {
 	views("after a replica stopped", live...)
 	bump("v4")
 	t.Logf("after a join and a stop: converged in %s", converge("after a join and a stop", "v4"))
+	// Each runtime's Certificate, last written for v4 under this view,
+	// names the replica that keeps the runtime.
+	for _, id := range ids {
+		crt := &certmanagerv1.Certificate{}
+		if err := kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(id)}, crt); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := crt.Labels[shards.LabelOwner], shards.Owner(kymaNS+"/"+id, live); got != want {
+			t.Errorf("Certificate of %s names %q as its replica, want %q", id, got, want)
+		}
+	}
 
 	// Membership changes: the second and third replica joining, then kill,
 	// add, stop.

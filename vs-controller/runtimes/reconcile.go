@@ -149,6 +149,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, id, domain string) error {
 	dnsNames := append(r.Bundle.ServiceDNSNames(), r.ExtraDNSNames...)
 	crt := certificates.Desired(kyma, id, domain, r.Issuer, dnsNames)
+	// Which replica keeps the runtime: written when that changes (the
+	// label is part of the desired object's hash), not at every pass.
+	r.Shards.LabelOwned(crt)
 	if r.CertificateDuration > 0 {
 		crt.Spec.Duration = &metav1.Duration{Duration: r.CertificateDuration}
 	}

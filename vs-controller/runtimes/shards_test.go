@@ -124,3 +124,32 @@ func TestLostRuntimesForgetTheirClients(t *testing.T) {
 		t.Errorf("forgot the clients of %v, want those vs-1 owns now: %v", got, want)
 	}
 }
+
+// TestCertificateNamesItsReplica: the runtime's Certificate carries the
+// identity of the replica that keeps the runtime (shards.LabelOwner), and
+// no such label without shards.
+func TestCertificateNamesItsReplica(t *testing.T) {
+	owner := func(s *setup) (string, bool) {
+		t.Helper()
+		crt := &certmanagerv1.Certificate{}
+		if err := s.kcp.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name("runtime-a")}, crt); err != nil {
+			t.Fatal(err)
+		}
+		v, ok := crt.Labels[shards.LabelOwner]
+		return v, ok
+	}
+	single := newSetup(t)
+	single.reconcile(t)
+	if v, ok := owner(single); ok {
+		t.Errorf("a single replica labelled the Certificate %q", v)
+	}
+
+	s := newSetup(t)
+	members := fakecluster.ShardMembers(t, kymaNS, "vs-controller", "vs-0")
+	members.Settle(ctx, "vs-0")
+	s.r.Shards = members["vs-0"]
+	s.reconcile(t)
+	if v, _ := owner(s); v != "vs-0" {
+		t.Errorf("Certificate owner label %q, want vs-0", v)
+	}
+}
