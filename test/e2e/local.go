@@ -305,10 +305,10 @@ func (r localRuntime) SKR() client.Client { return r.rt.SKR.Client }
 type ShardsEnvironment interface {
 	// ShardModuleSync replaces module-sync by n replicas with Leases of
 	// lease (localenv.System.ShardModuleSync); Restore puts it back.
-	ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.ModuleSyncShards, error)
+	ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.Replicas, error)
 	// ShardVSController replaces vs-controller by n replicas with Leases
 	// of lease (localenv.System.ShardVSController); Restore puts it back.
-	ShardVSController(ctx context.Context, n int, lease time.Duration) (*localenv.VSControllerShards, error)
+	ShardVSController(ctx context.Context, n int, lease time.Duration) (*localenv.Replicas, error)
 	// SetSampleGreeting edits the demo Module CR and returns when.
 	SetSampleGreeting(ctx context.Context, greeting string, replicas int64) (time.Time, error)
 	// WatchModuleLoop reports every greeting the ModuleConfig and the
@@ -316,10 +316,10 @@ type ShardsEnvironment interface {
 	WatchModuleLoop(ctx context.Context) (<-chan localenv.Observation, error)
 }
 
-func (e *localEnvironment) ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.ModuleSyncShards, error) {
+func (e *localEnvironment) ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*localenv.Replicas, error) {
 	return e.sys.ShardModuleSync(ctx, n, lease)
 }
-func (e *localEnvironment) ShardVSController(ctx context.Context, n int, lease time.Duration) (*localenv.VSControllerShards, error) {
+func (e *localEnvironment) ShardVSController(ctx context.Context, n int, lease time.Duration) (*localenv.Replicas, error) {
 	return e.sys.ShardVSController(ctx, n, lease)
 }
 func (e *localEnvironment) SetSampleGreeting(ctx context.Context, greeting string, replicas int64) (time.Time, error) {

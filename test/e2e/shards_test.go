@@ -66,9 +66,9 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 	const lease = 15 * time.Second
 	var (
 		sh      e2e.ShardsEnvironment
-		members *localenv.ModuleSyncShards
+		members *localenv.Replicas
 		// vsMembers: 3 vs-controller replicas alongside module-sync's.
-		vsMembers *localenv.VSControllerShards
+		vsMembers *localenv.Replicas
 		obs       <-chan localenv.Observation
 		edits     int
 		baseline  []time.Duration
@@ -383,7 +383,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, &corev1.Secret{})).To(Succeed())
 		}
 		Eventually(pushed).WithTimeout(30 * time.Second).Should(Succeed())
-		Expect(vsMembers.Kill(owner)).To(Succeed())
+		Expect(vsMembers.Kill(ctx, owner)).To(Succeed())
 		began := time.Now()
 		probe := &v1beta2.Watcher{
 			ObjectMeta: metav1.ObjectMeta{Name: "shards-probe", Namespace: n.KymaNamespace},

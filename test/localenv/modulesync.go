@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	istioapinetworking "istio.io/api/networking/v1"
@@ -213,123 +211,9 @@ func (s *System) startModuleSync(ctx context.Context, binaries map[string]string
 	return nil
 }
 
-// ModuleSyncShards are module-sync replicas that share the runtimes
-// (--shard-identity, docs/operations.md), in place of the one module-sync
-// process of the environment: ShardModuleSync starts them, Restore puts the
-// one process back.
-type ModuleSyncShards struct {
-	s     *System
-	lease time.Duration
-	mu    sync.Mutex
-	next  int
-	// replicas by identity, in the order they were started.
-	replicas []*ModuleSyncReplica
-}
-
-// ModuleSyncReplica is one replica of ModuleSyncShards.
-type ModuleSyncReplica struct {
-	Identity           string
-	Listen, MetricsURL string
-	p                  *process
-}
-
-// ShardModuleSync stops the environment's module-sync and starts n
-// replicas with --leader-elect and --shard-identity module-sync-<k> and
-// lease (--shard-lease-duration), each its own listener; the module-sync
-// Service (its ServiceEntry) has their listeners as endpoints, as a
-// Deployment's Service has its ready pods.
-func (s *System) ShardModuleSync(ctx context.Context, n int, lease time.Duration) (*ModuleSyncShards, error) {
-	if err := s.moduleSync.stop(); err != nil {
-		return nil, err
-	}
-	s.moduleSync = nil
-	m := &ModuleSyncShards{s: s, lease: lease}
-	for range n {
-		if _, err := m.Add(ctx); err != nil {
-			return m, err
-		}
-	}
-	return m, nil
-}
-
-// Replicas are the running replicas.
-func (m *ModuleSyncShards) Replicas() []ModuleSyncReplica {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]ModuleSyncReplica, 0, len(m.replicas))
-	for _, r := range m.replicas {
-		out = append(out, *r)
-	}
-	return out
-}
-
-// Add starts one more replica (a new identity, as a new pod has), waits
-// until it is ready and adds its listener to the Service.
-func (m *ModuleSyncShards) Add(ctx context.Context) (string, error) {
-	m.mu.Lock()
-	m.next++
-	id := fmt.Sprintf("module-sync-%d", m.next)
-	m.mu.Unlock()
-	r := &ModuleSyncReplica{Identity: id, Listen: testenv.FreeAddr()}
-	health, metrics := testenv.FreeAddr(), testenv.FreeAddr()
-	r.MetricsURL = "http://" + metrics + "/metrics"
-	p, err := m.s.start(id, m.s.msBinary, nil, nil, append(slices.Clone(m.s.msArgs),
-		"--listen-addr", r.Listen, "--health-probe-bind-address", health, "--metrics-bind-address", metrics,
-		"--leader-elect", "--shard-identity", id, "--shard-lease-duration", m.lease.String())...)
-	if err != nil {
-		return "", err
-	}
-	r.p = p
-	if err := p.waitReady(ctx, "http://"+health+"/readyz", time.Minute); err != nil {
-		return "", err
-	}
-	m.mu.Lock()
-	m.replicas = append(m.replicas, r)
-	m.mu.Unlock()
-	return id, m.endpoints(ctx)
-}
-
-// Kill SIGKILLs the replica id (its Lease is left to expire); Stop sends
-// SIGTERM (it releases its Lease). Either way its listener leaves the
-// Service, as a deleted pod's endpoint does.
-func (m *ModuleSyncShards) Kill(ctx context.Context, id string) error {
-	return m.remove(ctx, id, func(p *process) error {
-		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-		<-p.done
-		return nil
-	})
-}
-
-// Stop: see Kill.
-func (m *ModuleSyncShards) Stop(ctx context.Context, id string) error {
-	return m.remove(ctx, id, func(p *process) error { return p.stop() })
-}
-
-func (m *ModuleSyncShards) remove(ctx context.Context, id string, end func(*process) error) error {
-	m.mu.Lock()
-	i := slices.IndexFunc(m.replicas, func(r *ModuleSyncReplica) bool { return r.Identity == id })
-	if i < 0 {
-		m.mu.Unlock()
-		return fmt.Errorf("no module-sync replica %s", id)
-	}
-	r := m.replicas[i]
-	m.replicas = slices.Delete(m.replicas, i, i+1)
-	m.mu.Unlock()
-	if err := end(r.p); err != nil {
-		return err
-	}
-	return m.endpoints(ctx)
-}
-
-// Restore stops every replica and starts the environment's one module-sync
-// again, its listener the Service's endpoint.
-func (m *ModuleSyncShards) Restore(ctx context.Context) error {
-	for _, r := range m.Replicas() {
-		if err := m.Stop(ctx, r.Identity); err != nil {
-			return err
-		}
-	}
-	s := m.s
+// restartModuleSync starts the environment's one module-sync process (in
+// place of its replicas), its listener the Service's endpoint.
+func (s *System) restartModuleSync(ctx context.Context) error {
 	p, err := s.start("module-sync", s.msBinary, nil, nil, append(slices.Clone(s.msArgs),
 		"--listen-addr", s.msListen, "--health-probe-bind-address", s.msHealth, "--metrics-bind-address", s.msMetrics)...)
 	if err != nil {
@@ -340,14 +224,6 @@ func (m *ModuleSyncShards) Restore(ctx context.Context) error {
 		return err
 	}
 	return s.setModuleSyncEndpoints(ctx, []string{s.msListen})
-}
-
-func (m *ModuleSyncShards) endpoints(ctx context.Context) error {
-	var addrs []string
-	for _, r := range m.Replicas() {
-		addrs = append(addrs, r.Listen)
-	}
-	return m.s.setModuleSyncEndpoints(ctx, addrs)
 }
 
 // setModuleSyncEndpoints makes addrs the endpoints of module-sync's
