@@ -138,10 +138,15 @@ const (
 	// DropInvalid: the event could not be sent at all (e.g. an invalid
 	// manager name).
 	DropInvalid = "invalid"
+	// DropManagerRemoved: the managers file no longer names the manager
+	// (its Watcher was deleted, or lost its route): its undelivered events
+	// went with it — retrying them would meet a route that is gone for up
+	// to MaxRetryAge — and there is nobody left to resync.
+	DropManagerRemoved = "manager_removed"
 )
 
 var dropReasons = []string{DropOverflow, DropExpired, DropShutdown, DropBadRequest, DropTooLarge,
-	DropUnsupportedMediaType, DropUnprocessable, DropInvalid}
+	DropUnsupportedMediaType, DropUnprocessable, DropInvalid, DropManagerRemoved}
 
 // manager is what the dispatcher knows of one manager.
 type manager struct {
@@ -162,9 +167,12 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	managers map[string]*manager
-	optedIn  map[string]bool // managers opted in to heartbeats (SetHeartbeats)
-	failing  atomic.Bool     // an attempt failed retriably since the last recovery
-	lastOK   atomic.Int64    // clock time (UnixNano) of the last delivery
+	// removed: managers the managers file named and no longer names
+	// (SetManagers), until they become known again; at most MaxManagers.
+	removed map[string]bool
+	optedIn map[string]bool // managers opted in to heartbeats (SetHeartbeats)
+	failing atomic.Bool     // an attempt failed retriably since the last recovery
+	lastOK  atomic.Int64    // clock time (UnixNano) of the last delivery
 
 	// streaks: managers whose every attempt failed since the time given,
 	// the last with the class given (FailingManagers; health reports).
@@ -192,6 +200,7 @@ func New(cfg Config, sender Sender, log logr.Logger) *Dispatcher {
 		sender:   sender,
 		log:      log,
 		managers: map[string]*manager{},
+		removed:  map[string]bool{},
 		streaks:  map[string]streak{},
 		ctx:      ctx,
 		cancel:   cancel,
@@ -249,8 +258,14 @@ func (d *Dispatcher) SeeManager(name string) {
 }
 
 // SetManagers sets the managers named by the managers file. New ones get a
-// startup resync; ones no longer named and not seen in an admission path
-// are forgotten (their pending resync and heartbeat are dropped).
+// startup resync. One the file named before and no longer names is
+// forgotten, also when it was seen in an admission path: vs-controller
+// writes the file and the webhook configuration from the same Watchers,
+// so its webhook is gone too (the kubelet updates a mounted file a while
+// after). Its pending resync and heartbeat are dropped, and its
+// undelivered events, counted (DropManagerRemoved); so is an attempt of it
+// in flight that fails. One only ever seen in a path (not yet in the file,
+// or no file) stays known.
 func (d *Dispatcher) SetManagers(names []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -267,13 +282,28 @@ func (d *Dispatcher) SetManagers(names []string) {
 		if named[n] || !m.fromFile {
 			continue
 		}
-		m.fromFile = false
-		if !m.fromPath {
-			delete(d.managers, n)
-			d.queue.Forget(ResyncKey(n))
-			d.queue.Forget(HeartbeatKey(n))
+		delete(d.managers, n)
+		if len(d.removed) >= d.cfg.MaxManagers {
+			clear(d.removed) // bounded: older removals retry until they expire
 		}
+		d.removed[n] = true
+		var events []Key
+		for _, k := range d.queue.ForgetManager(n) {
+			if k.Control == ControlNone {
+				events = append(events, k)
+			}
+		}
+		d.dropped(DropManagerRemoved, events)
+		d.log.Info("manager no longer in the managers file: forgotten, with its undelivered events", "manager", n, "dropped", len(events))
 	}
+}
+
+// wasRemoved says whether the managers file dropped manager since it was
+// last known.
+func (d *Dispatcher) wasRemoved(manager string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.removed[manager]
 }
 
 // SetHeartbeats sets the managers opted in to heartbeats (the managers
@@ -331,6 +361,7 @@ func (d *Dispatcher) addManager(name string) *manager {
 	}
 	m := &manager{}
 	d.managers[name] = m
+	delete(d.removed, name)
 	d.requestResync(name, m, contract.ResyncStartup)
 	return m
 }

@@ -53,6 +53,8 @@ func (d *Dispatcher) attempt(l *Lease) {
 //	a transport error)
 //	  … and its newest change is    dropped, counted "expired"         an "expired" resync
 //	  older than MaxRetryAge
+//	  … of a manager the managers   dropped, counted "manager_removed" -
+//	  file no longer names
 //
 // Whenever the queue needs room for a re-sent or retried event it drops
 // its oldest pending entries: they are counted "overflow" and their
@@ -92,6 +94,11 @@ func (d *Dispatcher) settle(l *Lease, ev contract.WatchEvent, r Result) {
 	default: // retriable
 		if IsTLSFailure(r.Err) {
 			d.metrics.tlsFailures.Inc()
+		}
+		if l.Key.Control == ControlNone && d.wasRemoved(l.Key.Manager) {
+			d.queue.Drop(l)
+			d.dropped(DropManagerRemoved, []Key{l.Key})
+			return
 		}
 		d.failing.Store(true)
 		if resync {

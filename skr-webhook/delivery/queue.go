@@ -489,6 +489,23 @@ func (q *Queue) DropPending() []Key {
 	return keys
 }
 
+// ForgetManager removes every pending entry of manager (a manager that is
+// gone) and returns their keys, objects and control keys alike. Keys in
+// flight end with their leases.
+func (q *Queue) ForgetManager(manager string) []Key {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var keys []Key
+	for k, it := range q.items {
+		if k.Manager == manager && it.state == statePending {
+			q.remove(it)
+			keys = append(keys, k)
+		}
+	}
+	q.checkIdle()
+	return keys
+}
+
 // Forget removes a pending key (a manager that is gone); it reports whether
 // the key was pending. A key in flight ends with its lease.
 func (q *Queue) Forget(key Key) bool {

@@ -720,3 +720,50 @@ func TestRecoveryExpeditesRetries(t *testing.T) {
 		return e.counter(t, "events_delivered_total") == 2
 	})
 }
+
+// A manager the managers file drops (its Watcher was deleted: the KCP
+// answers 404, no route) is forgotten although admission paths named it:
+// its undelivered events are dropped and counted, as is its attempt in
+// flight when that fails, instead of being retried for MaxRetryAge. In the
+// e2e at 0f79661 two deleted Watchers' events kept the queue owing for an
+// hour (and RuntimeWatcherQueueStuck would have fired). A manager only
+// ever named by a path stays known.
+func TestManagerRemovedFromTheFileTakesItsEvents(t *testing.T) {
+	release := make(chan struct{})
+	e := newFakeEnv(t, Config{}, func(_ int, ev contract.WatchEvent) Result {
+		if ev.Watched.Name == "in-flight" {
+			<-release
+		}
+		return status(404)
+	})
+	e.d.SetManagers([]string{"gone", "kept"})
+	e.d.Enqueue("gone", watch("x"))
+	e.d.Enqueue("gone", watch("y"))
+	e.d.Enqueue("path-only", watch("z"))
+	e.d.Start()
+	// Three startup resyncs and three events, each failed once, wait for
+	// their retries (the fake clock stands still).
+	eventually(t, "every first attempt failed", e.owed(6))
+	e.d.Enqueue("gone", watch("in-flight"))
+	eventually(t, "in flight", func() bool { return e.s.n() == 7 })
+
+	e.d.SetManagers([]string{"kept"})
+	if got := e.counter(t, "events_dropped_total", "reason", DropManagerRemoved); got != 2 {
+		t.Errorf("dropped as manager_removed: %v, want x and y", got)
+	}
+	if got := fmt.Sprint(e.d.Managers()); got != "[kept path-only]" {
+		t.Errorf("managers %s, want [kept path-only]", got)
+	}
+	close(release)
+	eventually(t, "the attempt in flight dropped, not retried", func() bool {
+		return e.counter(t, "events_dropped_total", "reason", DropManagerRemoved) == 3
+	})
+	if !e.owed(3)() {
+		t.Errorf("depth %d, want kept's and path-only's resyncs and z", e.d.Depth())
+	}
+	// Named again (a new Watcher of that manager): known, with a startup
+	// resync, and its failures retried again.
+	e.d.SetManagers([]string{"kept", "gone"})
+	e.d.Enqueue("gone", watch("again"))
+	eventually(t, "gone's new resync and event retried", e.owed(5))
+}

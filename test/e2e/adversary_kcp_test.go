@@ -10,7 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -202,19 +201,8 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		later := localenv.SampleWatcher()
 		later.Namespace, later.Name = ns.Name, "later"
 		later.Spec.Manager = "later-operator"
-		Expect(env.KCP().Create(ctx, later)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, later))).To(Succeed()) })
-		hooks := func(g Gomega) []string {
-			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Name: "skr-webhook"}, &vwc)).To(Succeed())
-			out := []string{}
-			for _, h := range vwc.Webhooks {
-				out = append(out, h.Name)
-			}
-			return out
-		}
-		Eventually(hooks).Should(ContainElement(later.WebhookName()))
-		Expect(hooks(Default)).To(And(ContainElement(n.KymaNamespace+"."+n.WatcherName+".operator.kyma-project.io"), Not(ContainElement(thief.WebhookName()))))
+		createWatcher(ctx, later)
+		Expect(skrWebhooks(ctx)).To(And(ContainElement(n.KymaNamespace+"."+n.WatcherName+".operator.kyma-project.io"), Not(ContainElement(thief.WebhookName()))))
 
 		By("writing an object only the thief's rules would match")
 		since := time.Now()
@@ -278,19 +266,8 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 		later := localenv.SampleWatcher()
 		later.Namespace, later.Name = ns.Name, "after-forgery"
 		later.Spec.Manager = "after-forgery-operator"
-		Expect(env.KCP().Create(ctx, later)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, later))).To(Succeed()) })
-		hooks := func(g Gomega) []string {
-			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Name: "skr-webhook"}, &vwc)).To(Succeed())
-			out := []string{}
-			for _, h := range vwc.Webhooks {
-				out = append(out, h.Name)
-			}
-			return out
-		}
-		Eventually(hooks).Should(ContainElement(later.WebhookName()))
-		Consistently(hooks, quietPeriod).Should(Not(ContainElement(thief.WebhookName())))
+		createWatcher(ctx, later)
+		Consistently(func() ([]string, error) { return skrWebhooks(ctx) }, quietPeriod).Should(Not(ContainElement(thief.WebhookName())))
 		stop()
 		<-done
 		Eventually(conflict).Should(Succeed())

@@ -185,6 +185,16 @@ type KymaListenerEnvironment interface {
 	// the in-cluster Service service (namespace Names().KymaNamespace,
 	// port KymaOperatorPort), for a Watcher's serviceInfo.
 	StartKymaOperator(ctx context.Context, manager, service string) (KymaOperator, error)
+	ManagersFileEnvironment
+}
+
+// ManagersFileEnvironment is an Environment whose skr-webhook's managers
+// file a spec updates itself (the local one: the file is written once, for
+// the sample Watcher; a cluster's kubelet keeps a mounted ConfigMap
+// current). A spec that adds a Watcher syncs the file once its webhook is
+// in the SKR and restores it after the Watcher and its webhook are gone:
+// the skr-webhook then forgets the manager with what it still owes it.
+type ManagersFileEnvironment interface {
 	// SyncWebhookManagers makes the skr-webhook read the managers
 	// ConfigMap vs-controller renders now (as the kubelet updates a mounted
 	// ConfigMap) and returns its content; RestoreWebhookManagers undoes it.

@@ -55,6 +55,9 @@ var _ = Describe("An operator on Kyma's listener v1.4.3", Label("kyma-listener")
 		Expect(env.KCP().Create(ctx, w)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, w))).To(Succeed())
+			// Its webhook gone first: the file put back then makes the
+			// skr-webhook forget the manager for good.
+			Eventually(func() ([]string, error) { return skrWebhooks(ctx) }).ShouldNot(ContainElement(w.WebhookName()))
 			Expect(kenv.RestoreWebhookManagers()).To(Succeed())
 		})
 

@@ -41,16 +41,16 @@ func inOrder(d []time.Duration) []float64 {
 
 // skrWebhooks are the names of the webhooks of the SKR's
 // ValidatingWebhookConfiguration skr-webhook.
-func skrWebhooks(ctx context.Context) []string {
+func skrWebhooks(ctx context.Context) ([]string, error) {
 	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
 	if err := env.SKR().Get(ctx, client.ObjectKey{Name: bundle.Name}, &vwc); err != nil {
-		return nil
+		return nil, err
 	}
 	var names []string
 	for _, wh := range vwc.Webhooks {
 		names = append(names, wh.Name)
 	}
-	return names
+	return names, nil
 }
 
 // Shards (ARCHITECTURE.md §3.13, docs/operations.md "Scaling"): module-sync
@@ -401,9 +401,9 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		Expect(env.KCP().Create(ctx, probe)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, probe))).To(Succeed())
-			Eventually(func() []string { return skrWebhooks(ctx) }).WithTimeout(45 * time.Second).ShouldNot(ContainElement(probe.WebhookName()))
+			Eventually(func() ([]string, error) { return skrWebhooks(ctx) }).WithTimeout(45 * time.Second).ShouldNot(ContainElement(probe.WebhookName()))
 		}, NodeTimeout(time.Minute))
-		Eventually(func() []string { return skrWebhooks(ctx) }).WithTimeout(45*time.Second).WithPolling(100*time.Millisecond).
+		Eventually(func() ([]string, error) { return skrWebhooks(ctx) }).WithTimeout(45*time.Second).WithPolling(100*time.Millisecond).
 			Should(ContainElement(probe.WebhookName()), "the new Watcher's webhook did not reach the SKR after the owner was killed")
 		took := time.Since(began)
 		next := vsSettled(ctx)

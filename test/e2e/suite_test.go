@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
@@ -128,4 +130,32 @@ func (c *collector) For(namespace, name string, since time.Time) []e2e.Event {
 		}
 	}
 	return out
+}
+
+// createWatcher creates w, a Watcher of another manager than the sample's,
+// and waits until its webhook is in the SKR; in an environment whose
+// managers file a spec updates (e2e.ManagersFileEnvironment) the file then
+// names w's manager, as the kubelet's copy of vs-controller's ConfigMap
+// would. At cleanup w is deleted, its webhook leaves the SKR and the file
+// is put back: the skr-webhook forgets the manager with whatever it still
+// owes it (a deleted Watcher's events were otherwise retried for an hour
+// and kept the webhook's queue owing, as in the e2e at 0f79661).
+func createWatcher(ctx context.Context, w *v1beta2.Watcher) {
+	GinkgoHelper()
+	Expect(env.KCP().Create(ctx, w)).To(Succeed())
+	files, hasFile := env.(e2e.ManagersFileEnvironment)
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, w))).To(Succeed())
+		Eventually(func() ([]string, error) { return skrWebhooks(ctx) }).ShouldNot(ContainElement(w.WebhookName()))
+		if hasFile {
+			Expect(files.RestoreWebhookManagers()).To(Succeed())
+		}
+	})
+	Eventually(func() ([]string, error) { return skrWebhooks(ctx) }).Should(ContainElement(w.WebhookName()))
+	if hasFile {
+		Eventually(func() ([]string, error) {
+			m, err := files.SyncWebhookManagers(ctx)
+			return strings.Fields(m), err
+		}).Should(ContainElement(w.Spec.Manager), "vs-controller's managers ConfigMap")
+	}
 }

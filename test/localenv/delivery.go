@@ -76,7 +76,10 @@ func (s *System) WebhookManagersFile() string { return filepath.Join(s.Dir, "skr
 // --heartbeat-interval when o sets one.
 func (s *System) deliveryFlags(o Options) ([]string, error) {
 	managers := bundle.ManagersConfigMap(bundle.Options{}, []v1beta2.Watcher{*SampleWatcher()}).Data[bundle.ManagersKey]
-	if err := os.WriteFile(s.WebhookManagersFile(), []byte(managers), 0o600); err != nil {
+	// In one step, as the kubelet swaps a mounted ConfigMap: a running
+	// skr-webhook must never read a half-written file (an empty one names
+	// no manager, and it would forget them all).
+	if err := writeFileAtomic(s.WebhookManagersFile(), []byte(managers)); err != nil {
 		return nil, err
 	}
 	flags := []string{"--managers-file", s.WebhookManagersFile()}
