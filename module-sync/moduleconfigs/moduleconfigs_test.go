@@ -419,14 +419,9 @@ func TestLostRuntimesForgetTheirClients(t *testing.T) {
 	members := fakecluster.ShardMembers(t, ns, "module-sync", "ms-0", "ms-1")
 	s.r.Shards = members["ms-0"]
 	s.r.Shards.OnChange(s.r.gained)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-	t.Cleanup(q.ShutDown)
-	if err := s.r.requeue.Source().Start(t.Context(), q); err != nil {
-		t.Fatal(err)
-	}
+	fakecluster.StartSource(t, s.r.requeue.Source())
 	// ms-0 alone, then ms-1 joins: ms-0 adopts the view of both.
-	members.Settle(t.Context(), "ms-0")
-	members.Settle(t.Context(), "ms-0", "ms-1")
+	members.Join(t.Context(), "ms-0", "ms-1")
 
 	want := []string{}
 	for _, k := range append([]client.Object{fakecluster.Kyma(ns, "kyma-a", "runtime-a", "")}, kymas...) {

@@ -11,6 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 )
@@ -57,4 +60,24 @@ func (m Members) Settle(ctx context.Context, ids ...string) {
 			m[id].Tick(ctx, logr.Discard())
 		}
 	}
+}
+
+// Join has first work alone, then joined by the others: first adopts,
+// publishes and confirms the view of them all (its OnChange callbacks run
+// at each change).
+func (m Members) Join(ctx context.Context, first string, others ...string) {
+	m.Settle(ctx, first)
+	m.Settle(ctx, append([]string{first}, others...)...)
+}
+
+// StartSource starts src, a raw source of a controller, on a queue of its
+// own, as the controller's start does; the queue shuts down with the test.
+func StartSource(t testing.TB, src source.Source) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	t.Helper()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	t.Cleanup(q.ShutDown)
+	if err := src.Start(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	return q
 }

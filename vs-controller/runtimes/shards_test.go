@@ -7,9 +7,7 @@ import (
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/test/fakecluster"
@@ -98,14 +96,9 @@ func TestLostRuntimesForgetTheirClients(t *testing.T) {
 	members := fakecluster.ShardMembers(t, kymaNS, "vs-controller", "vs-0", "vs-1")
 	s.r.Shards = members["vs-0"]
 	s.r.Shards.OnChange(s.r.gained)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-	t.Cleanup(q.ShutDown)
-	if err := s.r.requeue.Source().Start(ctx, q); err != nil {
-		t.Fatal(err)
-	}
+	fakecluster.StartSource(t, s.r.requeue.Source())
 	// vs-0 alone, then vs-1 joins: vs-0 adopts the view of both.
-	members.Settle(ctx, "vs-0")
-	members.Settle(ctx, "vs-0", "vs-1")
+	members.Join(ctx, "vs-0", "vs-1")
 
 	want := []string{}
 	for _, k := range append([]client.Object{fakecluster.Kyma(kymaNS, "kyma-a", "", "")}, kymas...) {
