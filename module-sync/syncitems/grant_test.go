@@ -1,13 +1,16 @@
 package syncitems_test
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -128,18 +131,53 @@ func TestGrantEnforced(t *testing.T) {
 
 	t.Run("a narrowed grant takes the module's rights away in the SKR", func(t *testing.T) {
 		narrowed := grants.From("kcp-system", "granted", &v1alpha1.ModuleGrant{})
-		if err := r.Ensure(bgCtx, skr, "skr", narrowed); err != nil {
+		counted := &requests{Client: skr}
+		if err := r.Ensure(bgCtx, counted, "skr", narrowed); err != nil {
 			t.Fatal(err)
 		}
 		err := mod.Get(bgCtx, client.ObjectKey{Namespace: mine, Name: "ok"}, &corev1.ConfigMap{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("read after the grant was narrowed: %v, want Forbidden", err)
 		}
-		// A pass with the same grant sends nothing: it is remembered.
-		if err := r.Ensure(bgCtx, nil, "skr", narrowed); err != nil {
-			t.Errorf("an unchanged grant rendered again: %v", err)
+		// A pass with the same grant and client sends nothing: it is
+		// remembered.
+		counted.n.Store(0)
+		if err := r.Ensure(bgCtx, counted, "skr", narrowed); err != nil || counted.n.Load() != 0 {
+			t.Errorf("an unchanged grant rendered again: %d requests, %v", counted.n.Load(), err)
 		}
 	})
+}
+
+// requests counts the requests sent through a client (those Renderer
+// sends).
+type requests struct {
+	client.Client
+	n atomic.Int64
+}
+
+func (c *requests) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.n.Add(1)
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c *requests) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	c.n.Add(1)
+	return c.Client.List(ctx, list, opts...)
+}
+
+func (c *requests) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.n.Add(1)
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *requests) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.n.Add(1)
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func (c *requests) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	c.n.Add(1)
+	return c.Client.Apply(ctx, obj, opts...)
 }
 
 // TestOnlyWhatItCreated: Delete, prune and CreateAndSync touch an object
