@@ -274,12 +274,19 @@ func (k *Keeper) Follow(ctx context.Context) {
 			next.gatewayBundle, next.gatewayCAs, next.gatewayCurrent = b, k.Gateway.CAs(), k.Gateway.Current()
 		}
 	}
+	k.publish(prev, next, "trust bundles kept by the elected replica published; every runtime owned here is re-reconciled")
+}
+
+// publish makes next the trust in use and, when its bundles differ from
+// prev's (nil: nothing published yet), logs msg and re-reconciles every
+// runtime (Changed).
+func (k *Keeper) publish(prev, next *published, msg string) {
 	k.state.Store(next)
 	if prev == nil || !bytes.Equal(prev.runtimeBundle, next.runtimeBundle) || !bytes.Equal(prev.gatewayBundle, next.gatewayBundle) {
-		k.Log.Info("trust bundles kept by the elected replica published; every runtime owned here is re-reconciled", "runtimeCAs", len(next.runtimeCAs), "gatewayCAs", len(next.gatewayCAs))
+		k.Log.Info(msg, "runtimeCAs", len(next.runtimeCAs), "gatewayCAs", len(next.gatewayCAs))
 		select {
 		case k.changed <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
-		default:
+		default: // one pending event re-reconciles every runtime already
 		}
 	}
 }
@@ -352,14 +359,7 @@ func (k *Keeper) Sync(ctx context.Context) {
 			next.gatewayBundle, next.gatewayCAs, next.gatewayCurrent = b, k.Gateway.CAs(), k.Gateway.Current()
 		}
 	}
-	k.state.Store(next)
-	if prev == nil || !bytes.Equal(prev.runtimeBundle, next.runtimeBundle) || !bytes.Equal(prev.gatewayBundle, next.gatewayBundle) {
-		k.Log.Info("trust bundles published; every runtime is re-reconciled", "runtimeCAs", len(next.runtimeCAs), "gatewayCAs", len(next.gatewayCAs))
-		select {
-		case k.changed <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}:
-		default: // one pending event re-reconciles every runtime already
-		}
-	}
+	k.publish(prev, next, "trust bundles published; every runtime is re-reconciled")
 	k.scanLeaves(ctx, next)
 	if err := k.renewGatewayCertificate(ctx, next); err != nil {
 		k.Log.Error(err, "renew the gateway certificate", "certificate", k.GatewayCertificate.String())
