@@ -98,19 +98,7 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 	}
 
 	It("routes a new Watcher within 2 s of its creation, through an istiod push", func(ctx SpecContext) {
-		w := &v1beta2.Watcher{
-			ObjectMeta: metav1.ObjectMeta{Name: "istio-push", Namespace: n.KymaNamespace},
-			Spec: v1beta2.WatcherSpec{
-				ServiceInfo:     v1beta2.Service{Name: "example-operator", Namespace: n.KymaNamespace, Port: 8082},
-				Manager:         "istio-push",
-				LabelsToWatch:   map[string]string{n.WatchedLabel: "istio-push"},
-				ResourceToWatch: v1beta2.WatchableGVR{Group: v1beta2.GroupVersion.Group, Version: "*", Resource: "kymas"},
-				Field:           v1beta2.SpecField,
-				Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
-					MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
-				}},
-			},
-		}
+		w := managerWatcher(n, "istio-push", v1beta2.Service{Name: "example-operator", Namespace: n.KymaNamespace, Port: 8082})
 		before := versions(ctx)
 		created := time.Now()
 		Expect(env.KCP().Create(ctx, w)).To(Succeed())

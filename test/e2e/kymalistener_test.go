@@ -114,19 +114,7 @@ var _ = Describe("An operator on Kyma's listener v1.4.3", Label("kyma-listener")
 // labelled for kymaManager, through the sample's gateway, no heartbeats
 // (as Lifecycle Manager's Watchers).
 func kymaWatcher(n sample) *v1beta2.Watcher {
-	return &v1beta2.Watcher{
-		ObjectMeta: metav1.ObjectMeta{Name: kymaManager, Namespace: n.KymaNamespace},
-		Spec: v1beta2.WatcherSpec{
-			ServiceInfo:     v1beta2.Service{Name: kymaManager, Namespace: n.KymaNamespace, Port: e2e.KymaOperatorPort},
-			Manager:         kymaManager,
-			LabelsToWatch:   map[string]string{n.WatchedLabel: kymaManager},
-			ResourceToWatch: v1beta2.WatchableGVR{Group: v1beta2.GroupVersion.Group, Version: "*", Resource: "kymas"},
-			Field:           v1beta2.SpecField,
-			Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
-				MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
-			}},
-		},
-	}
+	return managerWatcher(n, kymaManager, v1beta2.Service{Name: kymaManager, Namespace: n.KymaNamespace, Port: e2e.KymaOperatorPort})
 }
 
 // webhookCertCN is the CN of the client certificate the runtime's webhook

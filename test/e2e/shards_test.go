@@ -14,7 +14,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -385,19 +384,7 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		Eventually(pushed).WithTimeout(30 * time.Second).Should(Succeed())
 		Expect(vsMembers.Kill(ctx, owner)).To(Succeed())
 		began := time.Now()
-		probe := &v1beta2.Watcher{
-			ObjectMeta: metav1.ObjectMeta{Name: "shards-probe", Namespace: n.KymaNamespace},
-			Spec: v1beta2.WatcherSpec{
-				ServiceInfo:     v1beta2.Service{Name: "shards-probe", Namespace: n.KymaNamespace, Port: 8082},
-				Manager:         "shards-probe",
-				LabelsToWatch:   map[string]string{n.WatchedLabel: "shards-probe"},
-				ResourceToWatch: v1beta2.WatchableGVR{Group: v1beta2.GroupVersion.Group, Version: "*", Resource: "kymas"},
-				Field:           v1beta2.SpecField,
-				Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
-					MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
-				}},
-			},
-		}
+		probe := managerWatcher(sample(n), "shards-probe", v1beta2.Service{Name: "shards-probe", Namespace: n.KymaNamespace, Port: 8082})
 		Expect(env.KCP().Create(ctx, probe)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, probe))).To(Succeed())

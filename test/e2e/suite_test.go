@@ -159,3 +159,22 @@ func createWatcher(ctx context.Context, w *v1beta2.Watcher) {
 		}).Should(ContainElement(w.Spec.Manager), "vs-controller's managers ConfigMap")
 	}
 }
+
+// managerWatcher is a Watcher named after its manager, in the sample's
+// namespace, for Kyma CRs labelled for that manager (the sample's watched
+// label), routed through the sample's gateway to service; no heartbeats.
+func managerWatcher(n sample, manager string, service v1beta2.Service) *v1beta2.Watcher {
+	return &v1beta2.Watcher{
+		ObjectMeta: metav1.ObjectMeta{Name: manager, Namespace: n.KymaNamespace},
+		Spec: v1beta2.WatcherSpec{
+			ServiceInfo:     service,
+			Manager:         manager,
+			LabelsToWatch:   map[string]string{n.WatchedLabel: manager},
+			ResourceToWatch: v1beta2.WatchableGVR{Group: v1beta2.GroupVersion.Group, Version: "*", Resource: "kymas"},
+			Field:           v1beta2.SpecField,
+			Gateway: v1beta2.GatewayConfig{LabelSelector: metav1.LabelSelector{
+				MatchLabels: map[string]string{"operator.kyma-project.io/watcher-gateway": "default"},
+			}},
+		},
+	}
+}
