@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -52,7 +53,14 @@ type Keeper struct {
 	Client client.Client
 	// ClientCASecret is the gateway's client CA Secret (Istio's
 	// <credentialName>-cacert, key ca.crt); none written when empty.
+	// Every pass makes its data exactly {ca.crt: the client CA bundle}
+	// (ClientCA): Istio reads cacert before ca.crt, and ca.crl/crl beside
+	// them, so vs-controller owns every key.
 	ClientCASecret types.NamespacedName
+	// ClientCAConfigMap receives the same bundle (key ca.crt) in the Kyma
+	// namespace, where ext-authz mounts it as its --ca-file; none when
+	// empty.
+	ClientCAConfigMap types.NamespacedName
 	// MigrationCA, when set, is the trust window of a migration from Lifecycle
 	// Manager: its CAs are added to what is written to ClientCASecret
 	// (read on every pass), never to the bundles given to SKRs.
@@ -97,14 +105,11 @@ type Keeper struct {
 	// leader only (the manager's leader election), as without shards.
 	Elected <-chan struct{}
 
-	// clientCA is what the client CA Secret was last written with (or
-	// found to hold).
-	clientCA []byte
-	changed  chan event.GenericEvent
-	poke     chan struct{}
-	state    atomic.Pointer[published]
-	leaves   sync.Map // Secret name -> parsedLeaf
-	signers  sync.Map // parsed leaf (*x509.Certificate) -> *sync.Map: CA -> signed it (signers.go)
+	changed chan event.GenericEvent
+	poke    chan struct{}
+	state   atomic.Pointer[published]
+	leaves  sync.Map // Secret name -> parsedLeaf
+	signers sync.Map // parsed leaf (*x509.Certificate) -> *sync.Map: CA -> signed it (signers.go)
 	// certSeries: the {runtime, ca} series of
 	// runtime_certificate_not_after_seconds set by the last scanLeaves.
 	certSeries map[[2]string]bool
@@ -332,19 +337,18 @@ func (k *Keeper) Sync(ctx context.Context) {
 	if b := k.Runtime.Bundle(); b != nil {
 		changed := prev == nil || !bytes.Equal(b, prev.runtimeBundle)
 		clientCA, added := Merge(b, extra)
-		if changed || !bytes.Equal(clientCA, k.clientCA) {
-			// The gateway must trust a CA before any runtime certificate
-			// it signs reaches an SKR: publish only what the client-CA
-			// Secret holds.
-			if err := k.writeClientCA(ctx, clientCA); err != nil {
-				k.Log.Error(err, "write the gateway's client CA Secret; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String())
-			} else {
-				k.clientCA = clientCA
-				vsmetrics.ClientCAExtraCAs.Set(float64(added))
-				if changed {
-					next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
-					next.runtimeSince = time.Now()
-				}
+		// Every pass, against the API objects (issue 40: a deleted client
+		// CA Secret stayed deleted while a memo said it was written, and
+		// Istio fell back to the gateway CA). The gateway must trust a CA
+		// before any runtime certificate it signs reaches an SKR: publish
+		// only what the client-CA Secret holds.
+		if err := k.writeClientCA(ctx, clientCA); err != nil {
+			k.Log.Error(err, "write the gateway's client CA; the runtime CA bundle is not published yet", "secret", k.ClientCASecret.String(), "configMap", k.ClientCAConfigMap.String())
+		} else {
+			vsmetrics.ClientCAExtraCAs.Set(float64(added))
+			if changed {
+				next.runtimeBundle, next.runtimeCAs, next.runtimeCurrent = b, k.Runtime.CAs(), k.Runtime.Current()
+				next.runtimeSince = time.Now()
 			}
 		}
 		if !changed {
@@ -366,37 +370,95 @@ func (k *Keeper) Sync(ctx context.Context) {
 	}
 }
 
+// writeClientCA makes the gateway's client trust exactly bundlePEM,
+// writing only what differs from the API objects: the client CA Secret's
+// data is {ca.crt: bundle} and nothing else; the gateway credential Secret
+// (the client CA Secret's name without -cacert, cert-manager's, when it
+// exists) carries the bundle as cacert, which Istio reads before its ca.crt
+// (the gateway CA) when the client CA Secret is missing; the ConfigMap for
+// ext-authz's --ca-file holds it as ca.crt.
 func (k *Keeper) writeClientCA(ctx context.Context, bundlePEM []byte) error {
 	if k.ClientCASecret.Name == "" {
 		return nil
 	}
-	s := &corev1.Secret{}
-	err := k.Client.Get(ctx, k.ClientCASecret, s)
+	want := map[string][]byte{"ca.crt": bundlePEM}
+	if err := k.ensure(ctx, &corev1.Secret{ObjectMeta: k.owned(k.ClientCASecret)}, "gateway-client-ca", func(o client.Object) bool {
+		s := o.(*corev1.Secret)
+		if maps.EqualFunc(s.Data, want, bytes.Equal) {
+			return false
+		}
+		s.Data = maps.Clone(want)
+		return true
+	}); err != nil {
+		return err
+	}
+	if name, ok := strings.CutSuffix(k.ClientCASecret.Name, ClientCASecretSuffix); ok {
+		cred := &corev1.Secret{}
+		err := k.Client.Get(ctx, types.NamespacedName{Namespace: k.ClientCASecret.Namespace, Name: name}, cred)
+		switch {
+		case apierrors.IsNotFound(err):
+			// cert-manager has not issued it yet: no server certificate,
+			// no listener, nothing to fall back to.
+		case err != nil:
+			return err
+		case !bytes.Equal(cred.Data[istioCACertKey], bundlePEM):
+			if cred.Data == nil {
+				cred.Data = map[string][]byte{}
+			}
+			cred.Data[istioCACertKey] = bundlePEM
+			if err := k.Client.Update(ctx, cred); err != nil {
+				return err
+			}
+			vsmetrics.RuntimeWrites.WithLabelValues("gateway-credential-cacert").Inc()
+			k.Log.Info("gateway credential Secret given the client CA bundle as cacert", "secret", client.ObjectKeyFromObject(cred).String())
+		}
+	}
+	if k.ClientCAConfigMap.Name == "" {
+		return nil
+	}
+	return k.ensure(ctx, &corev1.ConfigMap{ObjectMeta: k.owned(k.ClientCAConfigMap)}, "ext-authz-client-ca", func(o client.Object) bool {
+		cm := o.(*corev1.ConfigMap)
+		if len(cm.Data) == 1 && cm.Data["ca.crt"] == string(bundlePEM) && len(cm.BinaryData) == 0 {
+			return false
+		}
+		cm.Data, cm.BinaryData = map[string]string{"ca.crt": string(bundlePEM)}, nil
+		return true
+	})
+}
+
+// ClientCASecretSuffix ends the name of the Secret Istio reads a MUTUAL
+// server's client CA from: <credentialName>-cacert.
+const ClientCASecretSuffix = "-cacert"
+
+// istioCACertKey is the key Istio reads a client CA from before ca.crt.
+const istioCACertKey = "cacert"
+
+// owned is the metadata of an object vs-controller creates at key.
+func (k *Keeper) owned(key types.NamespacedName) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{contract.LabelManagedBy: diffapply.FieldOwner}}
+}
+
+// ensure reads obj (its key) and creates it, or updates it when mutate
+// says it changed it; the write is counted with what and logged.
+func (k *Keeper) ensure(ctx context.Context, obj client.Object, what string, mutate func(client.Object) bool) error {
+	err := k.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	switch {
 	case apierrors.IsNotFound(err):
-		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: k.ClientCASecret.Namespace, Name: k.ClientCASecret.Name,
-				Labels: map[string]string{contract.LabelManagedBy: diffapply.FieldOwner}},
-			Data: map[string][]byte{"ca.crt": bundlePEM},
-		}
-		if err := k.Client.Create(ctx, s); err != nil {
+		mutate(obj)
+		if err := k.Client.Create(ctx, obj); err != nil {
 			return err
 		}
 	case err != nil:
 		return err
-	case bytes.Equal(s.Data["ca.crt"], bundlePEM):
+	case !mutate(obj):
 		return nil
 	default:
-		if s.Data == nil {
-			s.Data = map[string][]byte{}
-		}
-		s.Data["ca.crt"] = bundlePEM
-		if err := k.Client.Update(ctx, s); err != nil {
+		if err := k.Client.Update(ctx, obj); err != nil {
 			return err
 		}
 	}
-	vsmetrics.RuntimeWrites.WithLabelValues("gateway-client-ca").Inc()
-	k.Log.Info("gateway client CA Secret written", "secret", k.ClientCASecret.String(), "cas", bytes.Count(bundlePEM, []byte("BEGIN CERTIFICATE")))
+	vsmetrics.RuntimeWrites.WithLabelValues(what).Inc()
+	k.Log.Info("gateway client CA written", "object", what, "key", client.ObjectKeyFromObject(obj).String())
 	return nil
 }
 

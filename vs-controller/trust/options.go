@@ -48,6 +48,20 @@ type Options struct {
 // DefaultStore is the default Store.
 const DefaultStore = "runtime-watcher-trust"
 
+// ClientCAConfigMapSuffix ends the name of the ConfigMap, in the Kyma
+// namespace, that holds the gateway's client CA bundle for ext-authz's
+// --ca-file: <Store>-client-ca (manifests/kcp/base/ext-authz.yaml).
+const ClientCAConfigMapSuffix = "-client-ca"
+
+// clientCAConfigMap is where the client CA bundle is mirrored for
+// ext-authz: none without a client CA Secret.
+func (o Options) clientCAConfigMap(kymaNamespace string) types.NamespacedName {
+	if o.GatewayClientCASecret.Name == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + ClientCAConfigMapSuffix}
+}
+
 // ParseObjectKey reads "namespace/name", or "name" in namespace def; empty
 // gives the zero key.
 func ParseObjectKey(s, def string) (types.NamespacedName, error) {
@@ -104,6 +118,7 @@ func (o Options) Keeper(mgr ctrl.Manager, kymaNamespace string) (*Keeper, error)
 			Store: types.NamespacedName{Namespace: kymaNamespace, Name: o.Store + "-runtime"}},
 		Client:             c,
 		ClientCASecret:     o.GatewayClientCASecret,
+		ClientCAConfigMap:  o.clientCAConfigMap(kymaNamespace),
 		GatewayCertificate: o.GatewayCertificate,
 		Interval:           o.Interval,
 		Settle:             o.Settle,
