@@ -19,6 +19,7 @@ import (
 	istioapisecurity "istio.io/api/security/v1beta1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istiosecurityv1 "istio.io/client-go/pkg/apis/security/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -35,6 +36,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // kcpOverlays are the KCP kustomizations a platform team deploys (the base
@@ -318,6 +320,40 @@ var _ = Describe("the KCP manifests", func() {
 				Expect(gwCert.Spec.IssuerRef.Name).NotTo(Equal(args["issuer-name"]), "the gateway's server certificate has its own CA")
 				Expect(args["gateway-certificate"]).To(Equal(gw.Namespace + "/" + gwCert.Name))
 				Expect(args["gateway-client-ca-secret"]).To(Equal(gw.Namespace+"/"+server+"-cacert"), "Istio reads the client CA of a MUTUAL server from <credentialName>-cacert")
+				// Issue 40: ext-authz checks the chain against the same
+				// client trust, mirrored by vs-controller into its namespace.
+				eaArgs := containerArgs(container(&ea, "ext-authz"))
+				Expect(eaArgs).To(HaveKey("ca-file"), "ext-authz refuses a certificate of another CA a second time")
+				var clientCAVolume string
+				for _, m := range container(&ea, "ext-authz").VolumeMounts {
+					if strings.HasPrefix(eaArgs["ca-file"], m.MountPath+"/") {
+						clientCAVolume = m.Name
+					}
+				}
+				Expect(clientCAVolume).NotTo(BeEmpty(), "ext-authz's --ca-file %s is on no volume", eaArgs["ca-file"])
+				for _, v := range ea.Spec.Template.Spec.Volumes {
+					if v.Name == clientCAVolume {
+						Expect(v.ConfigMap).NotTo(BeNil(), "ext-authz's --ca-file volume must be the ConfigMap vs-controller writes")
+						Expect(v.ConfigMap.Name).To(Equal(args["trust-store"]+trust.ClientCAConfigMapSuffix), "vs-controller writes <--trust-store>%s", trust.ClientCAConfigMapSuffix)
+						Expect(v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional).To(BeTrue(), "without the ConfigMap ext-authz must not start (fail closed)")
+						Expect(path.Base(eaArgs["ca-file"])).To(Equal("ca.crt"))
+					}
+				}
+				// The route policy names the same Gateway (its variables
+				// gwNamespace and gwName), and the route writer role binds
+				// only it.
+				var vap admissionregistrationv1.ValidatingAdmissionPolicy
+				one(objs, "ValidatingAdmissionPolicy", "watcher-gateway-routes.operator.kyma-project.io", &vap)
+				vars := map[string]string{}
+				for _, v := range vap.Spec.Variables {
+					vars[v.Name] = v.Expression
+				}
+				Expect(vars).To(HaveKeyWithValue("gwNamespace", "'"+gw.Namespace+"'"))
+				Expect(vars).To(HaveKeyWithValue("gwName", "'"+gw.Name+"'"))
+				var writer rbacv1.ClusterRole
+				one(objs, "ClusterRole", "runtime-watcher-gateway-route-writer", &writer)
+				Expect(writer.Rules).To(HaveLen(1))
+				Expect(writer.Rules[0].ResourceNames).To(Equal([]string{gw.Name}))
 				var gwCA certmanagerv1.Issuer
 				oneIn(objs, "Issuer", gw.Namespace, gwCert.Spec.IssuerRef.Name, &gwCA)
 				Expect(gwCA.Spec.CA).NotTo(BeNil())

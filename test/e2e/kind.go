@@ -3,10 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -104,29 +102,7 @@ func (e *kindEnvironment) loadCA(ctx context.Context, ref string) (*pki.CA, erro
 	if !ok {
 		return nil, fmt.Errorf("CA_SECRET %q: want namespace/name", ref)
 	}
-	var s corev1.Secret
-	if err := e.kcp.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
-		return nil, fmt.Errorf("CA Secret %s: %w", ref, err)
-	}
-	certBlock, _ := pem.Decode(s.Data["tls.crt"])
-	keyBlock, _ := pem.Decode(s.Data["tls.key"])
-	if certBlock == nil || keyBlock == nil {
-		return nil, fmt.Errorf("CA Secret %s has no PEM tls.crt/tls.key", ref)
-	}
-	cert, err := x509.ParseCertificate(certBlock.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	var key *ecdsa.PrivateKey
-	if k, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes); err == nil {
-		key, _ = k.(*ecdsa.PrivateKey)
-	} else if key, err = x509.ParseECPrivateKey(keyBlock.Bytes); err != nil {
-		return nil, fmt.Errorf("CA key in %s: want ECDSA: %w", ref, err)
-	}
-	if key == nil {
-		return nil, fmt.Errorf("CA key in %s is not ECDSA", ref)
-	}
-	return &pki.CA{Cert: cert, Key: key, PEM: s.Data["tls.crt"]}, nil
+	return CASecret(ctx, e.kcp, client.ObjectKey{Namespace: ns, Name: name})
 }
 
 // followOperator streams the logs of every example operator pod (their

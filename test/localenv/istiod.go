@@ -217,6 +217,11 @@ func applyIstioConfig(ctx context.Context, c client.Client, services []LocalServ
 			return fmt.Errorf("ServiceEntry %s: %w", svc.Host(), err)
 		}
 	}
+	// The route policy first, as manifests/kcp/base has it: every route on
+	// the watcher Gateway after it is admitted by it.
+	if err := installPolicies(ctx, c, GatewayRoutesPolicyPath()); err != nil {
+		return err
+	}
 	gw, ap, err := GatewayManifests(GatewayServerHost)
 	if err != nil {
 		return err
@@ -235,6 +240,13 @@ func applyIstioConfig(ctx context.Context, c client.Client, services []LocalServ
 		return fmt.Errorf("VirtualService of %s: %w", healthRouteManifest, err)
 	}
 	return nil
+}
+
+// GatewayRoutesPolicyPath is the ValidatingAdmissionPolicy (and its
+// binding) that lets only vs-controller and platform writers bind routes to
+// the watcher Gateway, and no route touch the identity headers.
+func GatewayRoutesPolicyPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "gateway-routes-policy.yaml")
 }
 
 // HealthRoute is the VirtualService of manifests/kcp/base/health-route.yaml.

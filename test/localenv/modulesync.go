@@ -88,7 +88,13 @@ func SyncResourceWriterPolicyPath() string {
 // and SyncResourceWriterPolicyPath in the KCP, as manifests/kcp/base does
 // in production.
 func (s *System) installSyncResourcePolicy(ctx context.Context) error {
-	for _, path := range []string{SyncResourcePolicyPath(), SyncResourceWriterPolicyPath()} {
+	return installPolicies(ctx, s.KCP.Client, SyncResourcePolicyPath(), SyncResourceWriterPolicyPath())
+}
+
+// installPolicies creates the ValidatingAdmissionPolicy and its binding of
+// each manifest of paths (two YAML documents each).
+func installPolicies(ctx context.Context, c client.Client, paths ...string) error {
+	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -102,7 +108,7 @@ func (s *System) installSyncResourcePolicy(ctx context.Context) error {
 			if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
-			if err := s.KCP.Client.Create(ctx, into); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := c.Create(ctx, into); err != nil && !apierrors.IsAlreadyExists(err) {
 				return err
 			}
 		}

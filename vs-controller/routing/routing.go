@@ -92,12 +92,16 @@ type Reconciler struct {
 
 // RBAC (make manifests -> manifests/kcp/rbac/role.yaml): Gateways
 // cluster-wide, as --gateway-namespace is a flag; the leader-election Lease
-// is granted by the hand-written Role in manifests/kcp/base.
+// is granted by the hand-written Role in manifests/kcp/base. The verb bind
+// on the Gateways of istio-system is what the route policy
+// (manifests/kcp/base/gateway-routes-policy.yaml) asks of whoever binds a
+// VirtualService to the watcher Gateway.
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers/status,verbs=get;patch
 // +kubebuilder:rbac:groups=operator.kyma-project.io,resources=watchers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=networking.istio.io,resources=virtualservices,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.istio.io,resources=gateways,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.istio.io,namespace=istio-system,resources=gateways,verbs=bind
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

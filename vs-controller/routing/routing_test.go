@@ -178,6 +178,19 @@ func TestFakeRoute(t *testing.T) {
 		vs.Spec.Http[0].Route[0].Destination.Host != "listener.kcp-system.svc.cluster.local" || vs.Spec.Http[0].Route[0].Destination.Port.Number != 8082 {
 		t.Errorf("route %v", vs.Spec.Http)
 	}
+	// Issue 40: a route's header values are applied after ext_authz (and
+	// one Envoy rejects freezes every route of the gateway): vs-controller
+	// sets, adds and removes no header, and rewrites nothing.
+	for _, r := range vs.Spec.Http {
+		if r.Headers != nil || r.Rewrite != nil || r.Delegate != nil {
+			t.Errorf("route %s touches headers, rewrites or delegates: %v", r.Name, r)
+		}
+		for _, d := range r.Route {
+			if d.Headers != nil {
+				t.Errorf("route %s sets headers at its destination: %v", r.Name, d.Headers)
+			}
+		}
+	}
 	if ref := metav1.GetControllerOf(vs); ref == nil || ref.UID != w.UID || ref.Kind != "Watcher" {
 		t.Errorf("controller %+v", ref)
 	}

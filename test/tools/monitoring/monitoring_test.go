@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -202,6 +203,9 @@ func TestPrometheusRule(t *testing.T) {
 		t.Fatal("no groups")
 	}
 	defined := definedMetrics(t)
+	for _, m := range istiodMetrics(t) {
+		defined[m] = true
+	}
 	alerts := map[string]bool{}
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
@@ -219,6 +223,30 @@ func TestPrometheusRule(t *testing.T) {
 			t.Errorf("no alert %s", a)
 		}
 	}
+}
+
+// istiodMetrics are the metrics of istiod the rule uses (the gateway's
+// rejected xDS, issue 40), each checked to be defined in the source of the
+// istio.io/istio version test/tools/istio pins.
+func istiodMetrics(t *testing.T) []string {
+	t.Helper()
+	names := []string{"pilot_total_xds_rejects"}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/istio")
+	cmd.Dir = root + "/test/tools/istio"
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("locate istio.io/istio (test/tools/istio): %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "pkg", "xds", "monitoring.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.Contains(string(src), strconv.Quote(n)) {
+			t.Errorf("istiod (pkg/xds/monitoring.go) defines no metric %s", n)
+		}
+	}
+	return names
 }
 
 type dashboardPanel struct {
