@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -78,6 +79,7 @@ const (
 	resultTooLarge         = "too_large"
 	resultBadRequest       = "bad_request"
 	resultOverflow         = "overflow"
+	resultPanic            = "panic"
 )
 
 // ServeHTTP answers an AdmissionReview with allowed: true and its request's
@@ -87,7 +89,21 @@ const (
 // 400 with a message.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	manager, ok := contract.ManagerFromValidatePath(r.URL.Path)
+	var (
+		manager string
+		uid     types.UID
+		ok      bool
+	)
+	// A panic would make net/http drop the connection and count nothing;
+	// the API server then admits the change (failurePolicy Ignore) and it
+	// is lost. It is answered allowed instead, counted, logged, and its
+	// manager gets an overflow resync (docs/architecture.md §4.8).
+	defer func() {
+		if p := recover(); p != nil {
+			h.recovered(w, manager, uid, p, start)
+		}
+	}()
+	manager, ok = contract.ManagerFromValidatePath(r.URL.Path)
 	if !ok {
 		h.reject(w, "", "", resultNotFound, http.StatusNotFound, "no such webhook path", start)
 		return
@@ -142,6 +158,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := review.Request
+	uid = req.UID
 	if ev != nil {
 		h.queue.Enqueue(manager, *ev)
 	}
@@ -182,6 +199,19 @@ func (h *Handler) answerOverflow(w http.ResponseWriter, r *http.Request, manager
 	h.allow(w, uid)
 	h.metrics.observe(manager, "", resultOverflow, start)
 	h.log.V(1).Info("admission review answered unread: too many in flight", "manager", manager, "uid", uid)
+}
+
+// recovered answers a review whose handling panicked with p: allowed (with
+// its uid when it was read), counted with result "panic", logged with the
+// stack, and its manager's change covered by an overflow resync.
+func (h *Handler) recovered(w http.ResponseWriter, manager string, uid types.UID, p any, start time.Time) {
+	if h.overflow != nil && manager != "" {
+		h.overflow.Overflow(manager)
+	}
+	h.allow(w, uid)
+	h.metrics.observe(manager, "", resultPanic, start)
+	h.log.Error(fmt.Errorf("panic: %v", p), "admission review answered allowed after a panic; the manager gets an overflow resync",
+		"manager", manager, "uid", uid, "stack", string(debug.Stack()))
 }
 
 // rejectTooLarge answers a review over contract.MaxAdmissionBodyBytes 413.

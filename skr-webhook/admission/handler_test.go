@@ -234,3 +234,37 @@ func seriesCount(c prometheus.Collector) int {
 	close(ch)
 	return len(ch)
 }
+
+// panicking is an Enqueuer whose Enqueue panics (a bug on the way to the
+// queue).
+type panicking struct{}
+
+func (panicking) Enqueue(string, contract.WatchEvent) { panic("queue bug") }
+
+// TestHandlerRecoversPanic (issue 43): a review whose handling panics is
+// answered allowed with its uid — not a dropped connection the API server
+// admits silently — counted with result "panic", and its manager gets an
+// overflow resync, so the change it announced is not lost (§4.8).
+func TestHandlerRecoversPanic(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	ov := &overflows{}
+	h := NewHandler(panicking{}, logr.Discard(), m).LimitInFlight(0, ov)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/validate/m", bytes.NewReader(readFixture(t, "admissionreview-mock-request-reference.json"))))
+	if w.Code != http.StatusOK {
+		t.Fatalf("code = %d, want 200", w.Code)
+	}
+	var resp admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Response == nil || !resp.Response.Allowed || resp.Response.UID != "b8c0335f-ce87-4da3-82bf-a6a6a55d088e" {
+		t.Errorf("answer %+v, want allowed with the review's uid", resp.Response)
+	}
+	if !slices.Equal(ov.got, []string{"m"}) {
+		t.Errorf("overflow resyncs %q, want [m]", ov.got)
+	}
+	if v := counterValue(t, m.requests.WithLabelValues("m", "", "panic")); v != 1 {
+		t.Errorf("requests{m,,panic} = %v, want 1", v)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/skr-webhook/delivery"
 	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 type lookup map[string]identity.Runtime
@@ -59,6 +60,8 @@ func listen(t *testing.T) net.Listener {
 // operator's span share one trace, each the child of the one before (Envoy
 // forwards the traceparent).
 func TestOneWriteToOperator(t *testing.T) {
+	// Envoy from bin/ (make envoy-assets): not part of make test-unit.
+	testenv.SkipIfShort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rec := tracetest.NewSpanRecorder()
