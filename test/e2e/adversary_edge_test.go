@@ -113,10 +113,14 @@ var _ = Describe("Adversaries at the edge", Label("adversary"), Ordered, func() 
 		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).
 			Should(ContainSubstring("may not bind a VirtualService to the watcher Gateway"), "the attack route must be refused by the route policy")
 		Expect(apierrors.IsForbidden(refusal)).To(BeTrue())
-		Expect(refusal.Error()).To(ContainSubstring("may not set, add or remove the identity headers x-watcher-* or x-forwarded-client-cert"))
 		// A route on the watcher Gateway at all — even one that touches no
-		// header — is not the tenant's to make.
+		// header — is not the tenant's to make; and the identity headers
+		// are refused on any Gateway (the API server names the first
+		// validation that fails).
 		Expect(tenant.Create(ctx, attack(nil)).Error()).To(ContainSubstring("may not bind a VirtualService to the watcher Gateway"))
+		own := attack(map[string]string{contract.HeaderRuntimeID: "forged-runtime"})
+		own.Spec.Gateways = []string{ns + "/own"}
+		Expect(tenant.Create(ctx, own).Error()).To(ContainSubstring("may not set, add or remove the identity headers x-watcher-* or x-forwarded-client-cert"))
 
 		// Through the gateway the tenant's path leads nowhere: the
 		// runtime's own certificate passes ext-authz, and finds no route.
