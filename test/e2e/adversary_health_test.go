@@ -38,9 +38,8 @@ var _ = Describe("Health reports under attack", Label("adversary"), Ordered, fun
 		window = 30 * time.Second
 	)
 	var (
-		n    sample
-		h    e2e.HealthControls
-		cert tls.Certificate
+		n sample
+		h e2e.HealthControls
 	)
 
 	BeforeAll(func(ctx SpecContext) {
@@ -53,13 +52,6 @@ var _ = Describe("Health reports under attack", Label("adversary"), Ordered, fun
 		Expect(h.RestartController(ctx, "--health-tick="+tick.String(), "--health-event-window="+window.String())).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(h.RestartController(ctx)).To(Succeed()) }, NodeTimeout(3*time.Minute))
 		pathReady(ctx, n)
-		// The attacker's credential: the runtime's own certificate, from
-		// the Secret in its SKR.
-		sec := &corev1.Secret{}
-		Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, sec)).To(Succeed())
-		var err error
-		cert, err = tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
-		Expect(err).NotTo(HaveOccurred())
 		// The sample runtime is heard and evaluated by the restarted
 		// vs-controller, and nothing is flagged.
 		Eventually(func(g Gomega) {
@@ -72,8 +64,14 @@ var _ = Describe("Health reports under attack", Label("adversary"), Ordered, fun
 	}, NodeTimeout(6*time.Minute))
 
 	// report posts a health report as the sample runtime through the
-	// gateway; whether the KCP answered with a resync.
+	// gateway, with the attacker's credential: the runtime's own
+	// certificate from the Secret in its SKR (read each time: vs-controller
+	// renews it); whether the KCP answered with a resync.
 	report := func(ctx context.Context, g Gomega, managers ...contract.ManagerDelivery) bool {
+		sec := &corev1.Secret{}
+		g.Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, sec)).To(Succeed())
+		cert, err := tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
+		g.Expect(err).NotTo(HaveOccurred())
 		body, err := json.Marshal(contract.HealthReport{Managers: managers})
 		g.Expect(err).NotTo(HaveOccurred())
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.HealthPath, bytes.NewReader(body))
