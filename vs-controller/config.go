@@ -89,6 +89,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.DurationVar(&c.o.Health.CheckInterval, "health-check-interval", health.DefaultCheckInterval, "how often each runtime's SKR webhook configuration is checked (one metadata read in the steady state, spread over the interval), and a silent runtime diagnosed")
 	fs.DurationVar(&c.o.Health.DeliveryGrace, "health-delivery-grace", health.DefaultDeliveryGrace, "a runtime whose deliveries to a manager all failed for this long is flagged (no-route, delivery-failing)")
 	fs.DurationVar(&c.o.Health.Tick, "health-tick", health.DefaultTick, "how often every runtime's watch-path health is evaluated")
+	fs.DurationVar(&c.o.Health.EventWindow, "health-event-window", health.DefaultEventWindow, "a runtime whose watch-path flag flips tells each change of cause (an Event on its Kyma, the Watchers' silentRuntimes, a resync on recovery) at most once per window; a change held back is told when the window has passed and it still holds")
 	fs.Float64Var(&c.qps, "kube-api-qps", 50, "KCP client queries per second")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "KCP client burst")
 	if err := c.Parse(fs, args); err != nil || c.Version {

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/grants"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncresources"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -176,5 +178,69 @@ func TestSyncResourceWrittenBy(t *testing.T) {
 	must(admin.Get(ctx, client.ObjectKeyFromObject(mine), edit))
 	edit.Labels = map[string]string{"team": "x"}
 	must(as(other).Update(ctx, edit))
-	must(admin.Delete(ctx, edit))
+
+	// Issue 40: deletes are bound like writes. A writer the grant no
+	// longer names (other) may neither delete the SyncResource nor change
+	// its finalizers; the grant's manager (orphan), module-sync as its
+	// production Role lets it, and the garbage collector may.
+	must(admin.Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Finalizers = []string{syncresources.Finalizer}
+	must(admin.Update(ctx, edit))
+	notRemover := func(what string) string {
+		return "user " + other + " may not " + what + " of module sample: no ModuleGrant kcp-system/sample names it"
+	}
+	refused("a delete by a writer no grant names", as(other).Delete(ctx, edit.DeepCopy()), notRemover("delete SyncResources"))
+	stripped := edit.DeepCopy()
+	stripped.Finalizers = nil
+	refused("a finalizer stripped by a writer no grant names", as(other).Update(ctx, stripped), notRemover("change the finalizers of SyncResources"))
+	refused("a finalizer stripped by a merge patch of a writer no grant names",
+		as(other).Patch(ctx, stripped, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))),
+		notRemover("change the finalizers of SyncResources"))
+	added := edit.DeepCopy()
+	added.Finalizers = append(added.Finalizers, "example.com/block")
+	refused("a finalizer added by a writer no grant names", as(other).Update(ctx, added), notRemover("change the finalizers of SyncResources"))
+
+	// module-sync with the Role the manifests give it (the verb on every
+	// grant of its namespace) takes its finalizer off and puts it back.
+	moduleSync := "system:serviceaccount:" + ns + ":module-sync"
+	role := &rbacv1.Role{}
+	b, err = os.ReadFile(filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "rbac-module-sync", "role.yaml"))
+	must(err)
+	must(yaml.UnmarshalStrict(b, role))
+	must(admin.Create(ctx, role))
+	must(admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "module-sync", Namespace: ns}}}))
+	must(wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := as(moduleSync).Get(ctx, client.ObjectKeyFromObject(mine), edit); err != nil {
+			return false, nil // RBAC not taken up yet
+		}
+		edit.Finalizers = nil
+		err := as(moduleSync).Update(ctx, edit)
+		if apierrors.IsForbidden(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}))
+	must(as(moduleSync).Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Finalizers = []string{syncresources.Finalizer}
+	must(as(moduleSync).Update(ctx, edit))
+
+	// The grant's own manager strips the finalizer and deletes.
+	must(o.Get(ctx, client.ObjectKeyFromObject(mine), edit))
+	edit.Finalizers = nil
+	must(o.Update(ctx, edit))
+	must(o.Delete(ctx, edit))
+
+	// The garbage collector deletes a SyncResource whose owner went, and
+	// the namespace controller those of a deleted namespace: the control
+	// plane is not asked for a grant.
+	for i, u := range []string{"system:serviceaccount:kube-system:generic-garbage-collector", "system:serviceaccount:kube-system:namespace-controller"} {
+		gone := sr(fmt.Sprintf("owned-%d", i), orphan)
+		must(o.Create(ctx, gone))
+		refused("a delete by a writer no grant names", as(other).Delete(ctx, gone.DeepCopy()), notRemover("delete SyncResources"))
+		if err := as(u).Delete(ctx, gone); err != nil {
+			t.Errorf("delete by %s (its bootstrap RBAC allows it): %v", u, err)
+		}
+	}
 }

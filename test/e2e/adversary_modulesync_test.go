@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,12 +18,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/v1alpha1"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
+	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncresources"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // Attacks of a module manager and of an SKR owner on module-sync
@@ -290,6 +296,114 @@ var _ = Describe("module-sync under attack", Label("adversary"), Ordered, func()
 			g.Expect(cm.Data["k"]).To(Equal("changed-in-the-runtime"))
 		}).WithTimeout(3 * localenv.DriftInterval).Should(Succeed())
 		Expect(client.IgnoreNotFound(env.SKR().Delete(ctx, cm))).To(Succeed())
+	})
+
+	// Issue 40: a manager no ModuleGrant names, holding the standard
+	// module-manager RBAC, deleted module sample's SyncResource (module-sync's
+	// finalizer then removed what it created in the runtime) or stripped its
+	// finalizer; the writer policy bound only creates and spec changes. Now
+	// both need the verb manage on modulegrants/sample, which the grant's
+	// own manager and module-sync hold.
+	It("refuses a manager no grant names deleting or un-finalizing another module's SyncResource, while the module's manager and module-sync may", func(ctx SpecContext) {
+		const (
+			stranger = "system:serviceaccount:kcp-system:e2e-stranger-manager"
+			granted  = "system:serviceaccount:kcp-system:sample-module-manager" // named by ModuleGrant sample
+			syncer   = "system:serviceaccount:kcp-system:module-sync"
+		)
+		managers := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "e2e-syncresource-writers", Namespace: localenv.KymaNamespace},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"syncresources"},
+				Verbs: []string{"get", "list", "update", "patch", "delete", "deletecollection"}}}}
+		managersBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: managers.Name, Namespace: localenv.KymaNamespace},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: managers.Name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "e2e-stranger-manager", Namespace: localenv.KymaNamespace},
+				{Kind: "ServiceAccount", Name: "sample-module-manager", Namespace: localenv.KymaNamespace}}}
+		// module-sync's production Role (manifests/kcp/rbac-module-sync),
+		// under another name: the local module-sync runs as the admin.
+		syncRole := &rbacv1.Role{}
+		b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "rbac-module-sync", "role.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(yaml.UnmarshalStrict(b, syncRole)).To(Succeed())
+		syncRole.Name, syncRole.Namespace = "e2e-module-sync", localenv.KymaNamespace
+		syncBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: syncRole.Name, Namespace: localenv.KymaNamespace},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: syncRole.Name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "module-sync", Namespace: localenv.KymaNamespace}}}
+		for _, o := range []client.Object{managers, managersBinding, syncRole, syncBinding} {
+			Expect(env.KCP().Create(ctx, o)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, o))).To(Succeed()) })
+		}
+		as := func(user string) client.Client {
+			c, err := ms.KCPAs(user)
+			Expect(err).NotTo(HaveOccurred())
+			return c
+		}
+
+		victim := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: "e2e-victim", Namespace: localenv.KymaNamespace, Annotations: writtenBy(ctx, env.KCP())},
+			Spec: v1alpha1.SyncResourceSpec{Kyma: localenv.RuntimeID, Module: localenv.SampleModule, Items: []v1alpha1.SyncItem{item("victim", configMapJSON("e2e-victim"))}}}
+		Expect(env.KCP().Create(ctx, victim)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, victim))).To(Succeed())
+			Eventually(func() error { return env.KCP().Get(ctx, client.ObjectKeyFromObject(victim), &v1alpha1.SyncResource{}) }).
+				WithTimeout(within).Should(Satisfy(apierrors.IsNotFound))
+		})
+		inRuntime := client.ObjectKey{Namespace: localenv.SKRNamespace, Name: "e2e-victim"}
+		finalized := func(g Gomega) *v1alpha1.SyncResource {
+			got := &v1alpha1.SyncResource{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKeyFromObject(victim), got)).To(Succeed())
+			g.Expect(got.Finalizers).To(ContainElement(syncresources.Finalizer))
+			g.Expect(got.DeletionTimestamp).To(BeNil())
+			return got
+		}
+		Eventually(func(g Gomega) {
+			finalized(g)
+			g.Expect(env.SKR().Get(ctx, inRuntime, &corev1.ConfigMap{})).To(Succeed())
+		}).WithTimeout(within).Should(Succeed(), "module-sync did not apply the victim")
+		// RBAC takes a new Role up a moment after it was created.
+		for _, u := range []string{stranger, granted, syncer} {
+			Eventually(func() error { return as(u).Get(ctx, client.ObjectKeyFromObject(victim), &v1alpha1.SyncResource{}) }).
+				WithTimeout(within).Should(Succeed(), "%s may not read SyncResources", u)
+		}
+
+		By("a manager no grant names: delete and finalizer changes refused")
+		notGranted := func(what string) string {
+			return "user " + stranger + " may not " + what + " of module sample: no ModuleGrant kcp-system/sample names it"
+		}
+		err = as(stranger).Delete(ctx, victim.DeepCopy())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "delete of module sample's SyncResource: %v", err)
+		Expect(err.Error()).To(ContainSubstring(notGranted("delete SyncResources")))
+		// An update of the current object (retried when module-sync's
+		// status write came between).
+		unfinalize := func(user string) error {
+			var err error
+			Eventually(func(g Gomega) {
+				got := finalized(g)
+				got.Finalizers = nil
+				err = as(user).Update(ctx, got)
+				g.Expect(apierrors.IsConflict(err)).To(BeFalse())
+			}).WithTimeout(within).Should(Succeed())
+			return err
+		}
+		err = unfinalize(stranger)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "finalizer stripped by an update: %v", err)
+		Expect(err.Error()).To(ContainSubstring(notGranted("change the finalizers of SyncResources")))
+		err = as(stranger).Patch(ctx, victim.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "finalizer stripped by a merge patch: %v", err)
+		err = as(stranger).DeleteAllOf(ctx, &v1alpha1.SyncResource{}, client.InNamespace(localenv.KymaNamespace), client.MatchingFields{"metadata.name": victim.Name})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a delete of the collection: %v", err)
+		finalized(Default)
+		Expect(env.SKR().Get(ctx, inRuntime, &corev1.ConfigMap{})).To(Succeed(), "what the victim created left the runtime")
+
+		By("module-sync, as its production Role lets it, takes its finalizer off (and puts it back)")
+		Expect(unfinalize(syncer)).To(Succeed(), "module-sync's identity may not remove its finalizer")
+		Eventually(finalized).WithTimeout(within).Should(Not(BeNil()), "module-sync did not put its finalizer back")
+
+		By("the module's own manager takes the finalizer off and deletes: what the victim created leaves the runtime")
+		Expect(unfinalize(granted)).To(Succeed(), "the granted manager may not change the finalizers")
+		Eventually(finalized).WithTimeout(within).Should(Not(BeNil()))
+		Expect(as(granted).Delete(ctx, victim.DeepCopy())).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(env.SKR().Get(ctx, inRuntime, &corev1.ConfigMap{})) }).
+			WithTimeout(within).Should(BeTrue(), "module-sync left the deleted SyncResource's ConfigMap in the runtime")
+		Eventually(func() error { return env.KCP().Get(ctx, client.ObjectKeyFromObject(victim), &v1alpha1.SyncResource{}) }).
+			WithTimeout(within).Should(Satisfy(apierrors.IsNotFound))
 	})
 
 	It("refuses retargeting a SyncResource's spec.kyma to another runtime", func(ctx SpecContext) {

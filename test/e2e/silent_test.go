@@ -56,9 +56,12 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 		h = he.Health()
 		n = sample(env.Names())
 		// Runtime certificates that live an hour: a renewal re-applies the
-		// SKR Secret and would undo an injected certificate.
+		// SKR Secret and would undo an injected certificate. The faults
+		// come one after another, each a real change to be told at once:
+		// no damping window (the adversary spec "Health reports under
+		// attack" and vs-controller/health's tests prove the damping).
 		Expect(h.RestartController(ctx, "--health-silence=30s", "--health-check-interval=30s", "--health-delivery-grace=20s",
-			"--health-tick=5s", "--certificate-duration=1h", "--certificate-renew-before=20m")).To(Succeed())
+			"--health-tick=5s", "--health-event-window=1s", "--certificate-duration=1h", "--certificate-renew-before=20m")).To(Succeed())
 		Expect(h.RestartWebhook(ctx, reportEvery)).To(Succeed())
 		for i := 2; i <= 3; i++ {
 			rt, err := h.AddRuntime(ctx, fmt.Sprintf("runtime-%d", i), fmt.Sprintf("skr-%d.local.example.com", i), reportEvery)

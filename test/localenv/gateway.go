@@ -43,7 +43,15 @@ import (
 // pilot-agent reads relative to its working directory (./var/run/secrets/
 // ..., ./etc/istio/proxy), are in <Dir>/gateway; the fixed ports of a pod
 // (15000 admin, 15020 agent, 15021 health, 15090 stats) are loopback ports
-// chosen like every other (several environments run at once); the workload
+// chosen like every other (several environments run at once), and bound to
+// loopback only (issue 40: a pod's network is its own, a developer's machine
+// is not): Envoy's admin is loopback in Istio's bootstrap already, its stats
+// and readiness listeners bind the wildcard address there and bind
+// loopback here (loopbackBootstrapTemplate), and pilot-agent's status
+// server (with /debug/pprof), which binds every interface and has no
+// option to narrow that, does not run (the pod annotation
+// status.sidecar.istio.io/port: "0", as Istio documents it; nothing here
+// probes the gateway through it); the workload
 // certificate a pod gets from istiod's CA (off here: nothing in this mesh
 // uses mTLS between workloads) is a self-signed one in the files pilot-agent
 // reads instead of asking a CA.
@@ -102,8 +110,18 @@ func (s *System) prepareGateway(ctx context.Context, mesh []byte, adminPort, age
 	if err != nil {
 		return err
 	}
-	template, err := testenv.IstioBootstrapTemplate()
+	dir := filepath.Join(s.Dir, "gateway")
+	template, err := loopbackBootstrapTemplate(dir)
 	if err != nil {
+		return err
+	}
+	// The pod's annotations (the downward API file pilot-agent reads):
+	// no status server.
+	annotations := filepath.Join(dir, "etc", "istio", "pod", "annotations")
+	if err := os.MkdirAll(filepath.Dir(annotations), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(annotations, []byte(`status.sidecar.istio.io/port="0"`+"\n"), 0o644); err != nil {
 		return err
 	}
 	for _, obj := range gatewayRBAC() {
@@ -111,7 +129,6 @@ func (s *System) prepareGateway(ctx context.Context, mesh []byte, adminPort, age
 			return fmt.Errorf("gateway %T %s: %w", obj, obj.GetName(), err)
 		}
 	}
-	dir := filepath.Join(s.Dir, "gateway")
 	expires, err := s.writeGatewayToken(ctx, dir)
 	if err != nil {
 		return err
@@ -152,10 +169,12 @@ func (s *System) prepareGateway(ctx context.Context, mesh []byte, adminPort, age
 		"configPath":                 filepath.Join(dir, "etc", "istio", "proxy"),
 		"proxyBootstrapTemplatePath": template,
 		"proxyAdminPort":             adminPort,
-		"statusPort":                 agentPort,
-		"concurrency":                2,
-		"drainDuration":              "1s",
-		"terminationDrainDuration":   "1s",
+		// Validated before the pod's annotation turns the status server
+		// off: a port like every other, never bound.
+		"statusPort":               agentPort,
+		"concurrency":              2,
+		"drainDuration":            "1s",
+		"terminationDrainDuration": "1s",
 		// Istio's bootstrap keeps only a few statistics unless told
 		// otherwise; the tests read the listener's ssl.* and the HTTP
 		// connection manager's ext_authz.* (a production gateway that wants
@@ -184,6 +203,30 @@ func (s *System) prepareGateway(ctx context.Context, mesh []byte, adminPort, age
 			"--meshConfig", meshFile, "--proxyLogLevel", "warning", "--log_output_level", "default:info"},
 	}
 	return nil
+}
+
+// loopbackBootstrapTemplate writes Istio's bootstrap template
+// (testenv.IstioBootstrapTemplate) into dir with every listener it binds to
+// the wildcard address (stats, readiness, the secure metrics ones) bound to
+// loopback instead, and returns its path.
+func loopbackBootstrapTemplate(dir string) (string, error) {
+	src, err := testenv.IstioBootstrapTemplate()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	t := strings.NewReplacer("{{ .wildcard }}", "{{ .localhost }}", "{{ .additional_wildcard }}", "{{ .additional_localhost }}").Replace(string(b))
+	if strings.Contains(t, "wildcard") {
+		return "", fmt.Errorf("%s: a wildcard address this environment does not bind to loopback", src)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "envoy_bootstrap_tmpl.json")
+	return path, os.WriteFile(path, []byte(t), 0o644)
 }
 
 // writeGatewayToken asks the KCP API server for a token of the gateway's

@@ -35,6 +35,7 @@ var update = flag.Bool("update", false, "rewrite testdata/istiod-gateway-xds.jso
 // Watcher's VirtualService (written by vs-controller's routing reconciler):
 //   - the bootstrap pilot-agent renders from Istio's template passes
 //     `envoy --mode validate`;
+//   - nothing but the gateway's listener binds every interface;
 //   - what Envoy took from istiod (its config_dump but the bootstrap)
 //     names no extension the Envoy binary lacks (server_info's list): istiod's two istio-proxy-only extensions stay
 //     off (istiod.go), and a new one would show up here first;
@@ -116,6 +117,17 @@ func TestIstiodGateway(t *testing.T) {
 		return err == nil && bytes.Contains(dump, []byte(`"`+path+`"`)), err
 	}); err != nil {
 		t.Fatalf("the sample Watcher's route %s never arrived at Envoy: %v", path, err)
+	}
+
+	// Issue 40: no debug, stats or status port on every interface — of
+	// the API server, istiod, pilot-agent or Envoy —, only the gateway's
+	// own listener (istiod's, where clients connect).
+	listeners, err := WildcardListeners(os.Getpid())
+	must(t, err)
+	for _, l := range listeners {
+		if !strings.HasSuffix(l.Addr, ":"+strconv.Itoa(s.gatewayPort)) {
+			t.Errorf("%v listens on every interface", l)
+		}
 	}
 
 	// The bootstrap pilot-agent rendered from Istio's template.

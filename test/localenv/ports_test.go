@@ -2,6 +2,8 @@ package localenv
 
 import (
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 )
@@ -50,5 +52,52 @@ func TestPortReservationsAreDistinctAndBelowTheEphemeralRange(t *testing.T) {
 	a.release()
 	if _, ok := c.lock(pa[0]); !ok {
 		t.Fatalf("port %d not lockable after release", pa[0])
+	}
+}
+
+// TestWildcardListeners: a socket bound to every interface is found with
+// the process holding it; one bound to loopback is not.
+func TestWildcardListeners(t *testing.T) {
+	wild, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wild.Close()
+	local, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	got, err := WildcardListeners(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wildPort := strconv.Itoa(wild.Addr().(*net.TCPAddr).Port)
+	localPort := strconv.Itoa(local.Addr().(*net.TCPAddr).Port)
+	found := false
+	for _, l := range got {
+		_, port, _ := net.SplitHostPort(l.Addr)
+		switch port {
+		case wildPort:
+			found = l.PID == os.Getpid()
+		case localPort:
+			t.Errorf("the loopback listener reported: %v", l)
+		}
+	}
+	if !found {
+		t.Fatalf("the wildcard listener on port %s not found in %v", wildPort, got)
+	}
+	// Another process's tree does not hold it.
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	got, err = WildcardListeners(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("sleep's tree holds %v", got)
 	}
 }

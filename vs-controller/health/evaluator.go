@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,11 @@ type Runtime struct {
 	ID string
 	// Kyma is its Kyma CR, the object its Events go to.
 	Kyma client.Object
+	// Managers are the managers whose webhooks vs-controller installs in
+	// the runtime's SKR (its bundle): the only ones its health report
+	// speaks for. A report naming another manager is not heeded for it
+	// (counted); nil: none.
+	Managers map[string]bool
 }
 
 // Prober finds out what the KCP can see of a runtime's path (runtimes.Reconciler).
@@ -53,6 +59,12 @@ type Options struct {
 	DeliveryGrace time.Duration
 	// Tick between two rounds (default 10 s).
 	Tick time.Duration
+	// EventWindow damps a runtime whose flag flips: each change of cause
+	// (from one cause, or healthy, to another) is told — an Event, the
+	// Watchers' counts, a resync when it recovers — at most once per
+	// window; a change held back is told once the window has passed if it
+	// still holds (default 5 min).
+	EventWindow time.Duration
 	// Workers run the probes of a round (default 16); ProbeTimeout bounds
 	// each (default 10 s).
 	Workers      int
@@ -70,6 +82,7 @@ const (
 	DefaultCheckInterval = 90 * time.Second
 	DefaultDeliveryGrace = 60 * time.Second
 	DefaultTick          = 10 * time.Second
+	DefaultEventWindow   = 5 * time.Minute
 )
 
 func (o *Options) defaults() {
@@ -84,6 +97,9 @@ func (o *Options) defaults() {
 	}
 	if o.Tick <= 0 {
 		o.Tick = DefaultTick
+	}
+	if o.EventWindow <= 0 {
+		o.EventWindow = DefaultEventWindow
 	}
 	if o.Workers <= 0 {
 		o.Workers = 16
@@ -104,8 +120,34 @@ type state struct {
 	silent    bool
 	nextDiag  time.Time
 	diagnosis Finding
-	flag      Finding
+	flag      Finding // as evaluated in the last round
+	told      Finding // as last told (Events, Watcher counts, resync)
+	// toldAt: when each change of cause (changeKey) was last told, only
+	// those within the EventWindow: a few entries at most.
+	toldAt []toldChange
+	// judged: the time of the last report whose managers were judged
+	// (those it may not speak for counted once per report).
+	judged time.Time
 }
+
+// toldChange is one change of cause told at a time.
+type toldChange struct {
+	key string
+	at  time.Time
+}
+
+// changeKey names a change of cause, managers aside: a flag that moves
+// between managers of one cause is one change.
+func changeKey(from, to Finding) string { return string(from.Cause) + ">" + string(to.Cause) }
+
+// mayTell reports whether the change from told to f may be told now: not
+// told within window before now. It forgets changes told before that.
+func (st *state) mayTell(key string, now time.Time, window time.Duration) bool {
+	st.toldAt = slices.DeleteFunc(st.toldAt, func(c toldChange) bool { return now.Sub(c.at) >= window })
+	return !slices.ContainsFunc(st.toldAt, func(c toldChange) bool { return c.key == key })
+}
+
+func sameFlag(a, b Finding) bool { return a.Cause == b.Cause && a.Manager == b.Manager }
 
 // Evaluator decides every runtime's flag (package comment).
 type Evaluator struct {
@@ -248,19 +290,33 @@ func (e *Evaluator) Round(ctx context.Context) error {
 	counts := map[Cause]int{}
 	for _, rt := range rts {
 		st := e.states[rt.ID]
-		f := e.decide(rt.ID, st, now)
-		if f.Cause != st.flag.Cause || f.Manager != st.flag.Manager {
-			if f.Healthy() {
-				// Reviews may have been missed while it was broken.
-				e.tracker.RequestResync(rt.ID)
-			}
-			e.reporter.Changed(ctx, rt, st.flag, f)
+		f := e.decide(rt, st, now)
+		changed := !sameFlag(f, st.flag)
+		if changed {
 			transitions.WithLabelValues(transitionLabel(f)).Inc()
 		}
 		st.flag = f
 		if !f.Healthy() {
-			flagged[rt.ID] = f
 			counts[f.Cause]++
+		}
+		if !sameFlag(f, st.told) {
+			key := changeKey(st.told, f)
+			switch {
+			case st.mayTell(key, now, e.opts.EventWindow):
+				if f.Healthy() {
+					// Reviews may have been missed while it was broken.
+					e.tracker.RequestResync(rt.ID)
+				}
+				e.reporter.Changed(ctx, rt, st.told, f)
+				st.told = f
+				st.toldAt = append(st.toldAt, toldChange{key: key, at: now})
+				changesTold.WithLabelValues("told").Inc()
+			case changed:
+				changesTold.WithLabelValues("damped").Inc()
+			}
+		}
+		if !st.told.Healthy() {
+			flagged[rt.ID] = st.told
 		}
 	}
 	for id := range e.states {
@@ -281,8 +337,11 @@ func (e *Evaluator) Round(ctx context.Context) error {
 
 // decide is a runtime's flag now: its SKR webhook configuration first (a
 // runtime can be heard without being watched), then silence and its
-// diagnosis, then a manager whose deliveries fail.
-func (e *Evaluator) decide(id string, st *state, now time.Time) Finding {
+// diagnosis, then a manager whose deliveries fail — of the managers the
+// runtime's SKR carries a webhook of (Runtime.Managers): a report speaks
+// for no other manager; the managers it names beyond those are counted
+// once per report.
+func (e *Evaluator) decide(rt Runtime, st *state, now time.Time) Finding {
 	if !st.config.Healthy() {
 		return st.config
 	}
@@ -292,15 +351,28 @@ func (e *Evaluator) decide(id string, st *state, now time.Time) Finding {
 		}
 		return st.diagnosis
 	}
-	last, failing, ok := e.tracker.Last(id)
+	last, failing, ok := e.tracker.Last(rt.ID)
 	if !ok {
 		return Finding{}
+	}
+	if !last.Equal(st.judged) {
+		st.judged = last
+		n := 0
+		for _, m := range failing {
+			if !rt.Managers[m.Name] {
+				n++
+			}
+		}
+		if n > 0 {
+			managersIgnored.Add(float64(n))
+			e.log.V(1).Info("health report names managers whose webhooks its runtime does not carry: ignored", "runtime", rt.ID, "managers", n)
+		}
 	}
 	// The longest failing manager comes first. A transport failure is
 	// stale once a report came through the same gateway: the manager's
 	// next retry (the webhook expedites them) ends its streak.
 	for _, m := range failing {
-		if m.Result == "transport" {
+		if m.Result == "transport" || !rt.Managers[m.Name] {
 			continue
 		}
 		if time.Duration(m.FailingSeconds)*time.Second+now.Sub(last) < e.opts.DeliveryGrace {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -66,12 +67,16 @@ type fixture struct {
 	ids     []string
 	quiet   map[string]bool // runtimes whose webhook sends no report
 	report  map[string]contract.HealthReport
+	// managers whose webhooks every runtime's SKR carries.
+	managers map[string]bool
+	opts     Options
 }
 
 func newFixture(t *testing.T, ids ...string) *fixture {
 	t.Helper()
 	f := &fixture{clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), prober: newFakeProber(),
-		rec: &recorder{}, ids: ids, quiet: map[string]bool{}, report: map[string]contract.HealthReport{}}
+		rec: &recorder{}, ids: ids, quiet: map[string]bool{}, report: map[string]contract.HealthReport{},
+		managers: map[string]bool{"lifecycle-manager": true, "m": true}}
 	f.tracker = NewTracker(f.clock, 1000)
 	f.restart()
 	return f
@@ -80,13 +85,15 @@ func newFixture(t *testing.T, ids ...string) *fixture {
 // restart is a vs-controller restart: everything in memory is gone.
 func (f *fixture) restart() {
 	f.tracker = NewTracker(f.clock, 1000)
-	f.ev = NewEvaluator(Options{Clock: f.clock}, f.tracker, f.runtimes, f.prober, f.rec, logr.Discard())
+	o := f.opts
+	o.Clock = f.clock
+	f.ev = NewEvaluator(o, f.tracker, f.runtimes, f.prober, f.rec, logr.Discard())
 }
 
 func (f *fixture) runtimes(context.Context) ([]Runtime, error) {
 	out := make([]Runtime, 0, len(f.ids))
 	for _, id := range f.ids {
-		out = append(out, Runtime{ID: id, Kyma: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: id}}})
+		out = append(out, Runtime{ID: id, Kyma: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: id}}, Managers: f.managers})
 	}
 	return out, nil
 }
@@ -204,6 +211,10 @@ func TestWebhookConfigurationFault(t *testing.T) {
 
 func TestDeliveryFailures(t *testing.T) {
 	f := newFixture(t, "a", "b")
+	// Three faults in a row, two of one cause: undamped here (a window
+	// shorter than a round); TestFlappingIsDamped damps.
+	f.opts.EventWindow = time.Second
+	f.restart()
 	f.run(t, 3*time.Minute)
 	// b's webhook reports a manager whose deliveries fail; the seconds
 	// grow as the streak goes on.
@@ -255,5 +266,127 @@ func TestRemovedRuntimeForgotten(t *testing.T) {
 	}
 	if len(f.ev.states) != 1 {
 		t.Fatalf("%d states, want 1", len(f.ev.states))
+	}
+}
+
+// Issue 40: a runtime's report named any manager — one its SKR has no
+// webhook of, another team's — and got it flagged. A report speaks only for
+// the managers of the webhooks its runtime's SKR carries.
+func TestReportSpeaksOnlyForItsRuntimesManagers(t *testing.T) {
+	f := newFixture(t, "a", "b")
+	f.run(t, 3*time.Minute)
+	before := testutil.ToFloat64(managersIgnored)
+	f.report["b"] = contract.HealthReport{Managers: []contract.ManagerDelivery{
+		{Name: "other-teams-operator", Result: "404", FailingSeconds: 600},
+		{Name: "no-such-manager", Result: "5xx", FailingSeconds: 500},
+	}}
+	f.run(t, 3*time.Minute)
+	if len(f.rec.changes) != 0 || len(f.rec.flagged) != 0 {
+		t.Fatalf("a report naming managers b's SKR does not carry flagged it: changes %v, flagged %v", f.rec.changes, f.rec.flagged)
+	}
+	// b reports every 30 s: six reports, two foreign managers each, counted
+	// once per report however many rounds read it.
+	if got := testutil.ToFloat64(managersIgnored) - before; got != 12 {
+		t.Fatalf("%v ignored managers counted, want 12 (6 reports × 2)", got)
+	}
+	// The same report naming a manager b's SKR carries is heeded.
+	f.report["b"] = contract.HealthReport{Managers: []contract.ManagerDelivery{
+		{Name: "other-teams-operator", Result: "404", FailingSeconds: 600},
+		{Name: "m", Result: "404", FailingSeconds: 300},
+	}}
+	f.flaggedWithin(t, "b", CauseNoRoute, time.Minute)
+	if m := f.rec.flagged["b"].Manager; m != "m" {
+		t.Fatalf("flag names manager %q, want m", m)
+	}
+}
+
+// Issue 40: a report flipping every round made an Event, a Watcher status
+// write and a resync answer each time. Each change of cause is told at most
+// once per window; what holds when the window ends is told then.
+func TestFlappingIsDamped(t *testing.T) {
+	f := newFixture(t, "a", "b")
+	f.run(t, 3*time.Minute)
+	const window = 5 * time.Minute
+	f.opts.EventWindow = window
+	f.restart()
+	f.run(t, 3*time.Minute) // heard again after the restart
+	f.rec.changes = nil
+	broken := contract.HealthReport{Managers: []contract.ManagerDelivery{{Name: "m", Result: "404", FailingSeconds: 600}}}
+	toldBefore, dampedBefore := testutil.ToFloat64(changesTold.WithLabelValues("told")), testutil.ToFloat64(changesTold.WithLabelValues("damped"))
+	var resyncs, statusChanges int
+	wasFlagged := false
+	// a reports before every round, broken and healthy in turn, for 28
+	// minutes: 170 rounds, 170 evaluated changes.
+	const rounds = 170
+	for k := range rounds {
+		rep := contract.HealthReport{}
+		if k%2 == 0 {
+			rep = broken
+		}
+		for range 10 {
+			f.clock.Step(time.Second)
+			if f.clock.Now().Unix()%30 == 0 {
+				f.tracker.Observe("b", contract.HealthReport{})
+			}
+		}
+		if _, resync := f.tracker.Observe("a", rep); resync {
+			resyncs++
+		}
+		if err := f.ev.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, flagged := f.rec.flagged["a"]; flagged != wasFlagged {
+			statusChanges++
+			wasFlagged = flagged
+		}
+	}
+	// Told: broken at rounds 0, 30, ..., 150 and recovered at 1, 31, ...,
+	// 151 — once per change of cause per 5 minutes (30 rounds).
+	var brokenTold, recoveredTold int
+	for _, c := range f.rec.changes {
+		switch c {
+		case "a=" + string(CauseNoRoute):
+			brokenTold++
+		case "a=":
+			recoveredTold++
+		default:
+			t.Fatalf("unexpected change %q", c)
+		}
+	}
+	if brokenTold != 6 || recoveredTold != 6 {
+		t.Fatalf("told %d broken and %d recovered over 28 min of flapping, want 6 and 6 (one per change of cause per 5 min)", brokenTold, recoveredTold)
+	}
+	if statusChanges != 12 {
+		t.Fatalf("the Watchers' flagged set changed %d times, want 12", statusChanges)
+	}
+	// One resync answer per told recovery (with the next report).
+	if resyncs != 6 {
+		t.Fatalf("%d resync answers, want 6", resyncs)
+	}
+	if told := testutil.ToFloat64(changesTold.WithLabelValues("told")) - toldBefore; told != 12 {
+		t.Fatalf("changes told metric %v, want 12", told)
+	}
+	// Of the other 158 evaluated changes, every other one moved away from
+	// the told flag (held back); the next one came back to it.
+	if damped := testutil.ToFloat64(changesTold.WithLabelValues("damped")) - dampedBefore; damped != (rounds-12)/2 {
+		t.Fatalf("changes damped metric %v, want %d", damped, (rounds-12)/2)
+	}
+
+	// The flapping stops broken (round 170 on), while the last told break
+	// (round 150) is within the window: held, then told at round 180, not
+	// lost.
+	for k := rounds; k <= 180; k++ {
+		f.clock.Step(10 * time.Second)
+		f.tracker.Observe("a", broken)
+		f.tracker.Observe("b", contract.HealthReport{})
+		if err := f.ev.Round(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, flagged := f.rec.flagged["a"]; flagged != (k == 180) {
+			t.Fatalf("round %d: a told flagged %v, want only from round 180 (flagged %v)", k, flagged, f.rec.flagged)
+		}
+	}
+	if got := f.rec.flagged["a"]; got.Cause != CauseNoRoute || got.Manager != "m" {
+		t.Fatalf("a steady break after flapping told as %+v", got)
 	}
 }

@@ -18,12 +18,16 @@
 //     heard: the network),
 //   - when its report says a manager's deliveries have all failed for
 //     --health-delivery-grace (no route: 404; else delivery failing, with
-//     the answer class).
+//     the answer class) — only a manager whose webhook the runtime's SKR
+//     carries: a report speaks for no other (counted, not heeded).
 //
-// A change of a runtime's flag, and only a change, is an Event on its Kyma
-// (WatchPathBroken naming the cause, WatchPathRecovered) and a change of the
-// flagged-runtime gauges; each Watcher's status.silentRuntimes is patched
-// when its count changes.
+// A change of a runtime's flag, and only a change, is a change of the
+// flagged-runtime gauges, and is told: an Event on its Kyma (WatchPathBroken
+// naming the cause, WatchPathRecovered), each Watcher's
+// status.silentRuntimes patched when its count changes, a resync on
+// recovery. A flag that flips is damped: each change of cause is told at
+// most once per --health-event-window (5 min), and what holds when the
+// window ends is told then.
 package health
 
 import (

@@ -33,6 +33,14 @@ var (
 		Help:    "Duration of one health round over every runtime, probes included.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30},
 	})
+	changesTold = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "runtime_watcher_vs_controller_health_changes_total",
+		Help: "Changes of a runtime's watch-path flag by outcome: told (an Event on its Kyma, the Watchers' counts, a resync on recovery) or damped (held back: the same change of cause was told within --health-event-window).",
+	}, []string{"outcome"})
+	managersIgnored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "runtime_watcher_vs_controller_health_report_managers_ignored_total",
+		Help: "Managers named in health reports that the reporting runtime's SKR carries no webhook of (a report speaks only for its own runtime's managers): not heeded, counted once per report.",
+	})
 	watcherStatusWrites = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "runtime_watcher_vs_controller_health_watcher_status_writes_total",
 		Help: "Patches of a Watcher's status.silentRuntimes (only when its count changes).",
@@ -40,7 +48,10 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(flaggedRuntimes, transitions, reports, probes, runtimesGauge, roundSeconds, watcherStatusWrites)
+	ctrlmetrics.Registry.MustRegister(flaggedRuntimes, transitions, reports, probes, runtimesGauge, roundSeconds, watcherStatusWrites,
+		changesTold, managersIgnored)
+	changesTold.WithLabelValues("told")
+	changesTold.WithLabelValues("damped")
 	for _, c := range Causes {
 		flaggedRuntimes.WithLabelValues(string(c))
 		transitions.WithLabelValues(string(c))

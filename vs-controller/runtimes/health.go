@@ -36,11 +36,22 @@ import (
 // silentRuntimes count is fleet-wide, and the evaluation reads the SKRs,
 // never writes them): a runtime's pass completed on whichever replica
 // owned it when its Certificate carries the trust evidence that pass
-// recorded (trust.AnnotationEvidence).
+// recorded (trust.AnnotationEvidence). Each runtime's managers are those
+// of the webhooks its bundle carries (bundle.Managers of the Watchers the
+// bundle is built from, the same for every runtime): its health report
+// speaks for them alone.
 func (r *Reconciler) HealthRuntimes(ctx context.Context) ([]health.Runtime, error) {
 	list := newKymaList()
 	if err := r.Client.List(ctx, list, client.InNamespace(r.KymaNamespace)); err != nil {
 		return nil, err
+	}
+	trusted, err := r.trustedWatchers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	managers := map[string]bool{}
+	for _, m := range bundle.Managers(trusted) {
+		managers[m] = true
 	}
 	pushed := map[string]bool{}
 	if r.Shards != nil && r.Trust != nil {
@@ -63,7 +74,7 @@ func (r *Reconciler) HealthRuntimes(ctx context.Context) ([]health.Runtime, erro
 			continue
 		}
 		k.SetGroupVersionKind(kymaGVK)
-		out = append(out, health.Runtime{ID: RuntimeID(k), Kyma: k})
+		out = append(out, health.Runtime{ID: RuntimeID(k), Kyma: k, Managers: managers})
 	}
 	return out, nil
 }

@@ -181,22 +181,30 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, kyma client.Object, 
 // desiredBundle is the SKR bundle in apply order, its webhook configuration
 // and managers ConfigMap built from all Watchers, with caBundle; tls.CA is the Secret's ca.crt.
 func (r *Reconciler) desiredBundle(ctx context.Context, tls *certificates.TLS, caBundle []byte) ([]*unstructured.Unstructured, error) {
-	var watchers v1beta2.WatcherList
-	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
-	}
-	// Who holds a route comes from the VirtualServices vs-controller
-	// owns, never from a Watcher's status (writable by its author).
-	holders, err := routeowner.RouteHolders(ctx, r.Client)
+	trusted, err := r.trustedWatchers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	trusted := routeowner.TrustRoutes(watchers.Items, holders)
 	vwc, err := r.webhooks.Desired(r.Bundle, trusted, caBundle)
 	if err != nil {
 		return nil, err
 	}
 	return r.bundles.Desired(r.Bundle, *tls, trusted, vwc)
+}
+
+// trustedWatchers are the Watchers the bundle is built from, each with the
+// route it holds as the VirtualServices vs-controller owns say, never as a
+// Watcher's status (writable by its author) says.
+func (r *Reconciler) trustedWatchers(ctx context.Context) ([]v1beta2.Watcher, error) {
+	var watchers v1beta2.WatcherList
+	if err := r.Client.List(ctx, &watchers, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	holders, err := routeowner.RouteHolders(ctx, r.Client)
+	if err != nil {
+		return nil, err
+	}
+	return routeowner.TrustRoutes(watchers.Items, holders), nil
 }
 
 // applyBundle writes the bundle objects that differ from the SKR's and

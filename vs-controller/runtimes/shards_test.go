@@ -146,3 +146,30 @@ func TestCertificateNamesItsReplica(t *testing.T) {
 		t.Errorf("Certificate owner label %q, want vs-0", v)
 	}
 }
+
+// TestHealthRuntimesCarryTheBundlesManagers: each runtime's health report
+// speaks for the managers of the webhooks its bundle carries (issue 40):
+// those of the Watchers that get a webhook, not of a Watcher whose spec
+// gives it none.
+func TestHealthRuntimesCarryTheBundlesManagers(t *testing.T) {
+	kyma := fakecluster.Kyma(kymaNS, "kyma-b", "runtime-b", "b.example.com")
+	kyma.SetFinalizers([]string{Finalizer})
+	crt := &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: kymaNS, Name: certificates.Name("runtime-b"),
+		Annotations: map[string]string{trust.AnnotationEvidence: `{"ca":"x"}`}}}
+	routed, vs := routedWatcher("w", "lifecycle-manager")
+	broken, _ := routedWatcher("broken", "broken-spec")
+	broken.Spec.ServiceInfo.Port = 0 // no webhook in any runtime
+	s := newSetup(t, kyma, crt, routed, vs, broken)
+	s.r.Trust = &trust.Keeper{}
+	s.r.Shards = member(t)
+	rts, err := s.r.HealthRuntimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rts) != 1 || rts[0].ID != "runtime-b" {
+		t.Fatalf("runtimes %v, want runtime-b", rts)
+	}
+	if got := rts[0].Managers; len(got) != 1 || !got["lifecycle-manager"] {
+		t.Fatalf("managers %v, want only lifecycle-manager", got)
+	}
+}
