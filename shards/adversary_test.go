@@ -2,8 +2,10 @@ package shards
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +171,27 @@ func TestFrozenMemberFenced(t *testing.T) {
 		t.Fatal("b begins no pass over its own runtime")
 	}
 	defer done()
+	// A write of the pass through FenceTransport (the runtimes' and the
+	// KCP's clients): sent now, not once b's renew deadline passed.
+	sent := 0
+	skr := FenceTransport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		sent++
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+	}))
+	write := func() error {
+		req, err := http.NewRequestWithContext(pass, http.MethodPut, "https://skr.example/api/v1/namespaces/shards/configmaps/x", http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := skr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := write(); err != nil || sent != 1 {
+		t.Fatalf("a write of b's pass before the pause: %v (sent %d)", err, sent)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() { defer close(watched); b.watch(ctx, logr.Discard()) }()
@@ -191,6 +214,9 @@ func TestFrozenMemberFenced(t *testing.T) {
 	}
 	if _, _, ok := b.Begin(context.Background(), r); ok {
 		t.Error("b begins a pass after its renew deadline passed")
+	}
+	if err := write(); !errors.Is(err, ErrFenced) || sent != 1 {
+		t.Errorf("a write of the pass b began before the pause, after it: %v (sent %d), want ErrFenced and not sent", err, sent)
 	}
 	waitFor(t, "the watchdog cancels the pass b began before the pause", func() bool { return pass.Err() != nil })
 	done()
@@ -231,6 +257,10 @@ func TestFrozenMemberFenced(t *testing.T) {
 		}
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (m *member) adoptedView() string {
 	m.mu.RLock()

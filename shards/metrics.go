@@ -29,6 +29,10 @@ var (
 		Namespace: "runtime_watcher", Subsystem: "shard", Name: "leases_ignored_total",
 		Help: "Member Leases (or parts of them) not believed, by reason: name (its name is not <group>-shard-<holder>), duration (it declared a longer duration than ours; counted as ours).",
 	}, []string{"group", "reason"})
+	unsent = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "runtime_watcher", Subsystem: "shard", Name: "requests_fenced_total",
+		Help: "Requests of a pass not sent because this member's own clock said its renew deadline passed (FenceTransport).",
+	}, []string{"group"})
 	memberCount = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "runtime_watcher", Subsystem: "shard", Name: "members",
 		Help: "Live members in this member's view (itself included).",
@@ -41,7 +45,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(renewals, viewChanges, fencings, refusals, ignored, memberCount, owned)
+	ctrlmetrics.Registry.MustRegister(renewals, viewChanges, fencings, refusals, ignored, unsent, memberCount, owned)
 }
 
 // Metrics records one member's decisions.
@@ -72,6 +76,12 @@ func (m *Metrics) fenced() {
 func (m *Metrics) ignored(reason string) {
 	if m != nil {
 		ignored.WithLabelValues(m.group, reason).Inc()
+	}
+}
+
+func (m *Metrics) unsent() {
+	if m != nil {
+		unsent.WithLabelValues(m.group).Inc()
 	}
 }
 

@@ -344,7 +344,7 @@ func (s *Shards) Begin(ctx context.Context, runtime string) (pass context.Contex
 	}
 	e := s.epoch
 	e.passes.Add(1)
-	pass, cancel := context.WithCancel(ctx)
+	pass, cancel := context.WithCancel(withPass(ctx, s))
 	stop := context.AfterFunc(e.ctx, cancel)
 	return pass, sync.OnceFunc(func() { stop(); cancel(); e.passes.Done() }), true
 }
