@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,13 +31,15 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/admissionhold"
 	"github.com/seed-c8be168e/runtime-watcher/test/shardaudit"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // shardsAudit records, in the KCP's audit log, every write of a shard
-// member's Lease with the Lease itself, and every write of a SyncResource.
-var shardsAudit = shardaudit.Policy(`[{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}]`)
+// member's Lease with the Lease itself, and every write of a SyncResource;
+// in the SKR's, every write of a ConfigMap (what the SyncResources apply).
+var shardsAudit = shardaudit.Policy(`[{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}, {group: "", resources: ["configmaps"]}]`)
 
 // shardsChaos: how long TestShards keeps changing the membership after its
 // first four changes (issue 36 asks for several minutes).
@@ -164,6 +169,89 @@ func (f *fleet) stop(id string, sig syscall.Signal) {
 	}
 	_ = f.replicas[id].Wait()
 	delete(f.replicas, id)
+}
+
+// pause is what pauseMidPass did.
+type pause struct {
+	runtime       string        // whose write the stop landed in
+	stopped, back time.Duration // how long stopped; views settled after SIGCONT
+}
+
+// pauseMidPass stops, with SIGSTOP, the replica whose write of a runtime's
+// ConfigMap reaches the SKR next — while the SKR's admission holds that
+// write, so it lands mid-pass —, keeps it stopped until the others'
+// views (views, as TestShards checks them) no longer hold it and another
+// replica wrote that runtime's SyncResource, then resumes it (SIGCONT) and
+// waits until every view of live holds it again.
+func (f *fleet) pauseMidPass(views func(step string, want ...string) time.Duration, live ...string) (string, pause) {
+	f.tb.Helper()
+	type stop struct{ victim, runtime string }
+	stopped := make(chan stop, 1)
+	var armed atomic.Bool
+	armed.Store(true)
+	hold, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	if err := admissionhold.ConfigMaps(hold, f.skr.Client, "pause-mid-pass", func(_ context.Context, req *admissionv1.AdmissionRequest) {
+		if req.Namespace != "shards" || !armed.Load() {
+			return
+		}
+		// The writer: the live member whose published view gives it the
+		// runtime (the views are settled here).
+		writer := f.claimant(shardsNS + "/" + req.Name)
+		if writer == "" || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		if err := f.replicas[writer].Process.Signal(syscall.SIGSTOP); err != nil {
+			f.tb.Error(err)
+		}
+		stopped <- stop{writer, req.Name}
+	}); err != nil {
+		f.tb.Fatal(err)
+	}
+	defer func() {
+		_ = f.skr.Client.Delete(f.ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "pause-mid-pass"}})
+	}()
+	var s stop
+	select {
+	case s = <-stopped:
+	case <-time.After(30 * time.Second): // the churn writes every ConfigMap every 250 ms
+		f.tb.Fatal("no replica wrote a ConfigMap in the SKR within 30 s")
+	}
+	began := time.Now()
+	others := slices.DeleteFunc(slices.Clone(live), func(m string) bool { return m == s.victim })
+	views("while "+s.victim+" is stopped", others...)
+	f.g.Eventually(func() string {
+		sr := &v1alpha1.SyncResource{}
+		if err := f.kcp.Client.Get(f.ctx, client.ObjectKey{Namespace: shardsNS, Name: s.runtime}, sr); err != nil {
+			return err.Error()
+		}
+		return sr.Status.Replica
+	}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(gomega.BeElementOf(others), "another replica writes "+s.runtime)
+	if err := f.replicas[s.victim].Process.Signal(syscall.SIGCONT); err != nil {
+		f.tb.Fatal(err)
+	}
+	p := pause{runtime: s.runtime, stopped: time.Since(began)}
+	p.back = views("after "+s.victim+" resumed", live...)
+	return s.victim, p
+}
+
+// claimant is the live member whose published view gives it runtime; ""
+// when none does.
+func (f *fleet) claimant(runtime string) string {
+	leases := &coordinationv1.LeaseList{}
+	if err := f.kcp.Client.List(f.ctx, leases, client.InNamespace(shardsNS), client.MatchingLabels{shards.LabelGroup: ShardGroup}); err != nil {
+		return ""
+	}
+	for _, l := range leases.Items {
+		h := ptrString(l.Spec.HolderIdentity)
+		if h == "" || l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) >= shardsLease || f.replicas[h] == nil {
+			continue
+		}
+		if shards.Owner(runtime, strings.Split(l.Annotations[shards.AnnotationView], ",")) == h {
+			return h
+		}
+	}
+	return ""
 }
 
 // converge waits until every SyncResource is applied at its generation and
@@ -308,6 +396,16 @@ func TestShards(t *testing.T) {
 	// Membership changes: the second and third replica joining at the
 	// start, then kill, add, stop, add.
 	changes := 6
+	// A pause that lands mid-pass (issue 40 finding 5): the next replica
+	// that writes a runtime's ConfigMap in the SKR is stopped (SIGSTOP)
+	// while the SKR's admission holds that write, so the pass it began is
+	// in flight; it stays stopped until the others took its runtimes and
+	// one of them wrote that runtime, then runs again (SIGCONT). Its pass
+	// goes on where it stopped (the status write to the KCP): the audit
+	// below fails unless that write is refused.
+	victim, paused := f.pauseMidPass(views, "ms-2-b", "ms-3-a", "ms-4-a")
+	t.Logf("%s stopped mid-pass (writing %s in the SKR) for %s; views with it again after %s", victim, paused.runtime, paused.stopped, paused.back)
+	changes += 2
 	live := []string{"ms-2-b", "ms-3-a", "ms-4-a"}
 	pods := 4 // ms-<n>-a: new pods
 	newPod := func() string { pods++; return fmt.Sprintf("ms-%d-a", pods) }
@@ -393,7 +491,7 @@ func TestShards(t *testing.T) {
 		}
 	}
 
-	checkShardAudit(t, kcp.AuditLogPath, changes)
+	checkShardAudit(t, kcp.AuditLogPath, f.skr.AuditLogPath, changes)
 }
 
 func ptrString(p *string) string {
@@ -411,12 +509,16 @@ func configMapItem(id, value string) v1alpha1.SyncItem {
 
 // checkShardAudit checks the invariants of ARCHITECTURE.md §3.13 from the
 // audit log (see TestShards): a runtime's writes are its SyncResource's.
-func checkShardAudit(t *testing.T, path string, membershipChanges int) {
+func checkShardAudit(t *testing.T, path, skrAudit string, membershipChanges int) {
 	t.Helper()
 	shardaudit.Check(t, path, shardaudit.Options{
 		Group: ShardGroup, Lease: shardsLease, Runtimes: shardsRuntimes, MembershipChanges: membershipChanges,
 		Runtime: func(e *shardaudit.Event) (string, bool) {
 			return shardsNS + "/" + e.ObjectRef.Name, e.ObjectRef.Resource == "syncresources"
+		},
+		SKRAudit: skrAudit,
+		SKRRuntime: func(e *shardaudit.Event) (string, bool) {
+			return shardsNS + "/" + e.ObjectRef.Name, e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == "shards"
 		},
 	})
 }
