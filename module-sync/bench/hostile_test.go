@@ -175,7 +175,7 @@ func fleet(b *testing.B, hostile, noTurns bool) time.Duration {
 // holdWrites makes the cluster's API server call a webhook that holds
 // every ConfigMap write for holdFor before it allows it.
 func holdWrites(ctx context.Context, c client.Client) error {
-	return admissionhold.ConfigMaps(ctx, c, "hold-every-write", func(ctx context.Context, _ *admissionv1.AdmissionRequest) {
+	return admissionhold.Install(ctx, c, "hold-every-write", admissionhold.ConfigMaps, func(ctx context.Context, _ *admissionv1.AdmissionRequest) {
 		select {
 		case <-time.After(holdFor):
 		case <-ctx.Done():

@@ -191,7 +191,7 @@ func (f *fleet) pauseMidPass(views func(step string, want ...string) time.Durati
 	armed.Store(true)
 	hold, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	if err := admissionhold.ConfigMaps(hold, f.skr.Client, "pause-mid-pass", func(_ context.Context, req *admissionv1.AdmissionRequest) {
+	if err := admissionhold.Install(hold, f.skr.Client, "pause-mid-pass", admissionhold.ConfigMaps, func(_ context.Context, req *admissionv1.AdmissionRequest) {
 		if req.Namespace != "shards" || !armed.Load() {
 			return
 		}

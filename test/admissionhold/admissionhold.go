@@ -1,10 +1,10 @@
 // Package admissionhold installs, on a test cluster's real API server, a
-// validating webhook served by the test itself: for every ConfigMap write
-// the API server calls it, and it calls the test's function before it
-// allows the write — to hold the write (the API server, and the client
+// validating webhook served by the test itself: for every write of the
+// resources of a rule the API server calls it, and it calls the test's
+// function before it allows the write — to hold the write (the API server, and the client
 // that sent it, wait meanwhile), or to act at the moment a write of a given
-// object arrives (module-sync's TestShards stops the writer's process
-// there: a pause that lands mid-pass).
+// object arrives (module-sync's and vs-controller's TestShards stop the
+// writer's process there: a pause that lands mid-pass).
 package admissionhold
 
 import (
@@ -23,10 +23,13 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
-// ConfigMaps makes c's API server call on (the webhook name) for every
-// ConfigMap write; on returns when the write may go on (it is allowed).
+// ConfigMaps is the rule of every ConfigMap.
+var ConfigMaps = admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}
+
+// Install makes c's API server call on (the webhook name) for every write
+// that rule matches; on returns when the write may go on (it is allowed).
 // The webhook stops with ctx; the API server ignores it when it fails.
-func ConfigMaps(ctx context.Context, c client.Client, name string, on func(ctx context.Context, req *admissionv1.AdmissionRequest)) error {
+func Install(ctx context.Context, c client.Client, name string, rule admissionregistrationv1.Rule, on func(ctx context.Context, req *admissionv1.AdmissionRequest)) error {
 	ca, err := pki.NewCA(name + "-webhook")
 	if err != nil {
 		return err
@@ -67,7 +70,7 @@ func ConfigMaps(ctx context.Context, c client.Client, name string, on func(ctx c
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:                    name + ".test.kyma-project.io",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.PEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}, Rule: rule}},
 			SideEffects:             &none,
 			FailurePolicy:           &ignore,
 			TimeoutSeconds:          &timeout,
