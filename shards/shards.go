@@ -445,7 +445,7 @@ func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
 	start := s.o.Clock.Now()
 	// Resumed after a gap (SIGSTOP, a frozen VM): our runtimes may be
 	// another's by now. Stop first, then renew and list anew.
-	s.expire(log, "resumed after the renew deadline passed without a renewal (this member did not run)")
+	s.expire(log, "renew deadline passed before this round: the member did not run (stopped, frozen) or its last round outlasted it")
 	s.mu.RLock()
 	publish := slices.Clone(s.adopted)
 	s.mu.RUnlock()
