@@ -228,14 +228,21 @@ func read(t testing.TB, path string, f func(e *Event)) {
 }
 
 // released: between from and to, member published a view in which it does
-// not own runtime (or released its Lease), or its Lease expired (its last
-// write before to is at least one Lease period old).
+// not own runtime (or released its Lease), or its Lease expired — one of
+// its publications went a Lease period without a next one, at a moment
+// after from and not after to (a member that was stopped and came back
+// renews under its old view: its Lease lapsed in between all the same).
 func released(pubs []publication, member, runtime string, from, to time.Time, lease time.Duration) bool {
 	var last *publication
 	for i := range pubs {
 		p := &pubs[i]
 		if p.member != member || p.at.After(to) {
 			continue
+		}
+		if last != nil {
+			if expiry := last.at.Add(lease); expiry.After(from) && !p.at.Before(expiry) {
+				return true
+			}
 		}
 		last = p
 		if p.at.After(from) && (p.released || shards.Owner(runtime, p.view) != member) {
