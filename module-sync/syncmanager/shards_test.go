@@ -62,12 +62,13 @@ type fleet struct {
 	g        *gomega.WithT
 	kcp, skr *testenv.Cluster
 	ids      []string
+	items    int // ConfigMaps per SyncResource
 	bin      string
 	logs     string
 	replicas map[string]*exec.Cmd
 }
 
-func newFleet(tb testing.TB, n int) *fleet {
+func newFleet(tb testing.TB, n, items int) *fleet {
 	tb.Helper()
 	env, err := testenv.StartAudited(shardsAudit, "kcp", "skr")
 	if err != nil {
@@ -76,7 +77,7 @@ func newFleet(tb testing.TB, n int) *fleet {
 	tb.Cleanup(func() { _ = env.Stop() })
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	f := &fleet{tb: tb, ctx: ctx, g: gomega.NewWithT(tb), kcp: env.Cluster("kcp"), skr: env.Cluster("skr"), logs: tb.TempDir(), replicas: map[string]*exec.Cmd{}}
+	f := &fleet{tb: tb, ctx: ctx, items: items, g: gomega.NewWithT(tb), kcp: env.Cluster("kcp"), skr: env.Cluster("skr"), logs: tb.TempDir(), replicas: map[string]*exec.Cmd{}}
 	for _, ns := range []struct {
 		c    client.Client
 		name string
@@ -112,7 +113,7 @@ func newFleet(tb testing.TB, n int) *fleet {
 		}
 		sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: shardsNS,
 			Annotations: map[string]string{v1alpha1.AnnotationWrittenBy: shardsWriter}},
-			Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "shards", Items: []v1alpha1.SyncItem{configMapItem(id, "v1")}}}
+			Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "shards", Items: configMapItems(id, "v1", items)}}
 		if err := f.kcp.Client.Create(ctx, sr); err != nil {
 			tb.Fatal(err)
 		}
@@ -192,8 +193,8 @@ func (f *fleet) pauseMidPass(views func(step string, want ...string) time.Durati
 	hold, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	if err := admissionhold.Install(hold, f.skr.Client, "pause-mid-pass", admissionhold.ConfigMaps, func(_ context.Context, req *admissionv1.AdmissionRequest) {
-		if req.Namespace != "shards" || !armed.Load() {
-			return
+		if req.Namespace != "shards" || req.Name != runtimeOfConfigMap(req.Name) || !armed.Load() {
+			return // the first of a pass's ConfigMaps: the others come after the pause
 		}
 		// The writer: the live member whose published view gives it the
 		// runtime (the views are settled here).
@@ -298,7 +299,7 @@ func (f *fleet) bump(value string) {
 			if err := f.kcp.Client.Get(f.ctx, client.ObjectKey{Namespace: shardsNS, Name: id}, sr); err != nil {
 				return err
 			}
-			sr.Spec.Items = []v1alpha1.SyncItem{configMapItem(id, value)}
+			sr.Spec.Items = configMapItems(id, value, f.items)
 			return f.kcp.Client.Update(f.ctx, sr)
 		}); err != nil {
 			f.tb.Error(err) // Error, not Fatal: the churn calls it from its own goroutine
@@ -329,7 +330,7 @@ func (f *fleet) bump(value string) {
 // often than membership changed (no flapping).
 func TestShards(t *testing.T) {
 	testenv.SkipIfShort(t)
-	f := newFleet(t, shardsRuntimes)
+	f := newFleet(t, shardsRuntimes, 2)
 	ctx, g, kcp := f.ctx, f.g, f.kcp
 	start := func(id string) { f.start(id) }
 	stop := f.stop
@@ -397,12 +398,14 @@ func TestShards(t *testing.T) {
 	// start, then kill, add, stop, add.
 	changes := 6
 	// A pause that lands mid-pass (issue 40 finding 5): the next replica
-	// that writes a runtime's ConfigMap in the SKR is stopped (SIGSTOP)
-	// while the SKR's admission holds that write, so the pass it began is
-	// in flight; it stays stopped until the others took its runtimes and
-	// one of them wrote that runtime, then runs again (SIGCONT). Its pass
-	// goes on where it stopped (the status write to the KCP): the audit
-	// below fails unless that write is refused.
+	// that writes a runtime's first ConfigMap in the SKR is stopped
+	// (SIGSTOP) while the SKR's admission holds that write, so the pass it
+	// began is in flight; it stays stopped until the others took its
+	// runtimes and one of them wrote that runtime, then runs again
+	// (SIGCONT). Its pass goes on where it stopped — the second ConfigMap,
+	// a server-side apply no resourceVersion guards (the status write
+	// after it would fail on its stale one): the audit below fails unless
+	// that write is refused.
 	victim, paused := f.pauseMidPass(views, "ms-2-b", "ms-3-a", "ms-4-a")
 	t.Logf("%s stopped mid-pass (writing %s in the SKR) for %s; views with it again after %s", victim, paused.runtime, paused.stopped, paused.back)
 	changes += 2
@@ -501,10 +504,26 @@ func ptrString(p *string) string {
 	return *p
 }
 
-func configMapItem(id, value string) v1alpha1.SyncItem {
-	raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": id, "namespace": "shards"}, "data": map[string]any{"v": value}})
-	return v1alpha1.SyncItem{Name: "cm", Strategy: v1alpha1.CreateAndSync, Resource: k8sruntime.RawExtension{Raw: raw}}
+// configMapItems are n ConfigMaps of runtime id holding value: id, then
+// id-1, id-2, … (a pass applies them one after another).
+func configMapItems(id, value string, n int) []v1alpha1.SyncItem {
+	items := make([]v1alpha1.SyncItem, n)
+	for i := range items {
+		name, item := id, "cm"
+		if i > 0 {
+			name, item = fmt.Sprintf("%s-%d", id, i), fmt.Sprintf("cm-%d", i)
+		}
+		raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": "shards"}, "data": map[string]any{"v": value}})
+		items[i] = v1alpha1.SyncItem{Name: item, Strategy: v1alpha1.CreateAndSync, Resource: k8sruntime.RawExtension{Raw: raw}}
+	}
+	return items
+}
+
+// runtimeOfConfigMap is the runtime id of a ConfigMap configMapItems names.
+func runtimeOfConfigMap(name string) string {
+	n, _, _ := strings.Cut(strings.TrimPrefix(name, "runtime-"), "-")
+	return "runtime-" + n
 }
 
 // checkShardAudit checks the invariants of ARCHITECTURE.md §3.13 from the
@@ -518,7 +537,7 @@ func checkShardAudit(t *testing.T, path, skrAudit string, membershipChanges int)
 		},
 		SKRAudit: skrAudit,
 		SKRRuntime: func(e *shardaudit.Event) (string, bool) {
-			return shardsNS + "/" + e.ObjectRef.Name, e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == "shards"
+			return shardsNS + "/" + runtimeOfConfigMap(e.ObjectRef.Name), e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == "shards"
 		},
 	})
 }
