@@ -312,16 +312,20 @@ func (f *fleet) bump(value string) {
 // --shard-identity does, against real KCP and SKR API servers, with 24
 // runtimes of one SyncResource each, and changes membership: a replica is
 // SIGKILLed, one is added, one stops (SIGTERM), the killed one comes back
-// (a new pod, a new identity); then, for -shards.chaos (3 minutes), one
+// (a new pod, a new identity); one is stopped mid-pass (SIGSTOP while
+// the SKR's admission holds the first of its pass's two ConfigMap writes)
+// until the others took its runtimes, and resumed; then, for
+// -shards.chaos (3 minutes), one
 // change at a time in turn: a replica SIGKILLed and replaced by a new pod,
 // one SIGKILLed and restarted under its identity (a container restart),
 // one stopped (SIGTERM) and replaced, one added and another stopped —
 // always 2 to 4 replicas. Meanwhile every SyncResource changes every
 // 250 ms; after the changes every SyncResource must converge (status and
 // the object in the SKR) within 30 s.
-// Then, from the KCP API server's audit log alone (Lease writes with their
-// published views, SyncResource writes with the replica in the user
-// agent): every write of a runtime's SyncResource was made by a replica
+// Then, from the API servers' audit logs alone (the KCP's Lease writes with
+// their published views, SyncResource writes with the replica in the user
+// agent, and the SKR's ConfigMap writes likewise): every write of a
+// runtime's SyncResource or ConfigMaps was made by a replica
 // whose live Lease claimed that runtime; when a runtime's writer changed,
 // the previous one had published a view without it (or released or let
 // expire its Lease) after its last write and before the new writer's first

@@ -57,7 +57,9 @@ const (
 // follow). Every runtime's pass must complete — its Certificate carries
 // the trust evidence of what its SKR was given, whichever replica pushed
 // it. Then membership changes: the owner of a runtime is SIGKILLed, a
-// replica is added, one stops (SIGTERM); after each change every Kyma's
+// replica is added, one stops (SIGTERM), one is stopped mid-pass (SIGSTOP
+// while the KCP's admission holds its Certificate write) until the others
+// took its runtimes, and resumed; after each change every Kyma's
 // skr-domain changes and every runtime's Certificate must follow within
 // 30 s. Finally, from the KCP API server's audit log alone (Lease writes
 // with their published views; Kyma and Certificate writes with the replica
