@@ -14,9 +14,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
@@ -50,19 +52,24 @@ var _ = Describe("Adversaries against shard membership", Label("adversary"), Ord
 	// ownedEverywhere: the replicas publish want (no one else is a
 	// member), and their own counts of the runtimes they own add up to
 	// every Kyma's.
-	ownedEverywhere := func(ctx context.Context, g Gomega) {
-		v, err := memberViews(ctx, syncmanager.ShardGroup, lease)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(v).To(HaveLen(len(members.Replicas())), "members: %v", v)
-		owned := 0.0
-		for _, r := range members.Replicas() {
-			g.Expect(v).To(HaveKeyWithValue(r.Identity, want))
-			text, err := promtext.Fetch(ctx, r.MetricsURL)
+	ownedEverywhere := func(ctx context.Context) func(g Gomega) {
+		return func(g Gomega) {
+			v, err := memberViews(ctx, syncmanager.ShardGroup, lease)
 			g.Expect(err).NotTo(HaveOccurred())
-			n, _ := promtext.Sum(text, "runtime_watcher_shard_owned_runtimes", map[string]string{"group": syncmanager.ShardGroup})
-			owned += n
+			g.Expect(v).To(HaveLen(len(members.Replicas())), "members: %v", v)
+			owned := 0.0
+			for _, r := range members.Replicas() {
+				g.Expect(v).To(HaveKeyWithValue(r.Identity, want))
+				text, err := promtext.Fetch(ctx, r.MetricsURL)
+				g.Expect(err).NotTo(HaveOccurred())
+				n, _ := promtext.Sum(text, "runtime_watcher_shard_owned_runtimes", map[string]string{"group": syncmanager.ShardGroup})
+				owned += n
+			}
+			kymas := &unstructured.UnstructuredList{}
+			kymas.SetGroupVersionKind(v1beta2.KymaGroupVersionKind.GroupVersion().WithKind("KymaList"))
+			g.Expect(env.KCP().List(ctx, kymas, client.InNamespace(ns()))).To(Succeed())
+			g.Expect(owned).To(BeNumerically("==", len(kymas.Items)), "runtimes owned by the replicas, of %d Kymas", len(kymas.Items))
 		}
-		g.Expect(owned).To(BeNumerically("==", 1), "runtimes owned by the replicas (the sample runtime)")
 	}
 
 	BeforeAll(func(ctx SpecContext) {
@@ -85,7 +92,7 @@ var _ = Describe("Adversaries against shard membership", Label("adversary"), Ord
 		}
 		slices.Sort(ids)
 		want = strings.Join(ids, ",")
-		Eventually(ownedEverywhere).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		Eventually(ownedEverywhere(ctx)).WithTimeout(time.Minute).Should(Succeed())
 	}, NodeTimeout(3*time.Minute))
 
 	It("refuses a member Lease written as an operator of kcp-system, and ignores one not named for its holder: every runtime stays owned", func(ctx SpecContext) {
@@ -128,7 +135,7 @@ var _ = Describe("Adversaries against shard membership", Label("adversary"), Ord
 		DeferCleanup(func(ctx SpecContext) { Expect(env.KCP().Delete(ctx, slipped)).To(Succeed()) })
 		// Over two Lease periods (many rounds of every replica) no replica
 		// takes zz for a member and every runtime stays owned.
-		Consistently(ownedEverywhere).WithContext(ctx).WithTimeout(2 * lease).WithPolling(500 * time.Millisecond).Should(Succeed())
+		Consistently(ownedEverywhere(ctx)).WithTimeout(2 * lease).WithPolling(500 * time.Millisecond).Should(Succeed())
 		for _, r := range members.Replicas() {
 			text, err := promtext.Fetch(ctx, r.MetricsURL)
 			Expect(err).NotTo(HaveOccurred())
