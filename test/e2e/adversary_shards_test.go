@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
+	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // Attacks on shard membership (issue 40 finding 4, docs/security.md "Shard
@@ -95,7 +97,7 @@ var _ = Describe("Adversaries against shard membership", Label("adversary"), Ord
 		Eventually(ownedEverywhere(ctx)).WithTimeout(time.Minute).Should(Succeed())
 	}, NodeTimeout(3*time.Minute))
 
-	It("refuses a member Lease written as an operator of kcp-system, and ignores one not named for its holder: every runtime stays owned", func(ctx SpecContext) {
+	It("refuses a member Lease written as an operator of kcp-system, and without the policy ignores one not named for its holder: every runtime stays owned", func(ctx SpecContext) {
 		By("giving an operator's ServiceAccount Lease write in " + ns() + ", as its own leader election needs")
 		user := "system:serviceaccount:" + ns() + ":e2e-operator"
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "e2e-operator-leader-election", Namespace: ns()},
@@ -129,9 +131,17 @@ var _ = Describe("Adversaries against shard membership", Label("adversary"), Ord
 		err = operator.Delete(ctx, member)
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the operator's delete of a member Lease: %v", err)
 
-		By("a member Lease that is not its holder's (written by a cluster admin, whom the policy lets through): ignored")
+		By("writing, as a cluster admin, a member Lease not named for its holder: refused too")
+		err = env.KCP().Create(ctx, forged("e2e-forged"))
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "a cluster admin's member Lease e2e-forged held by zz: %v", err)
+
+		By("without the policy (its binding removed, as on an install that lacks it), a member Lease not named for its holder: ignored by the replicas")
+		Expect(env.KCP().Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "shard-leases.operator.kyma-project.io"}})).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(testenv.InstallPolicy(ctx, env.KCP(), localenv.ShardLeasePolicyPath())).To(Succeed())
+		})
 		slipped := forged("e2e-forged")
-		Expect(env.KCP().Create(ctx, slipped)).To(Succeed())
+		Eventually(func() error { return env.KCP().Create(ctx, slipped) }).WithContext(ctx).WithTimeout(30*time.Second).Should(Succeed(), "the binding's removal in effect")
 		DeferCleanup(func(ctx SpecContext) { Expect(env.KCP().Delete(ctx, slipped)).To(Succeed()) })
 		// Over two Lease periods (many rounds of every replica) no replica
 		// takes zz for a member and every runtime stays owned.
