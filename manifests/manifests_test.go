@@ -381,6 +381,29 @@ var _ = Describe("the API server", Ordered, func() {
 			Entry("module-sync: watching Secrets", "module-sync", access{"kcp-system", "watch", "", "secrets", ""}),
 		)
 
+		// Issue 40: only the component writes its member Leases — the
+		// policy shard-leases.operator.kyma-project.io asks the authorizer
+		// for the verb member on shards/<group>, which each component
+		// holds for its own group only.
+		It("lets vs-controller and module-sync keep their own shard group's member Leases, and no other's", func() {
+			member := func(sa, group string) bool {
+				sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User:   "system:serviceaccount:kcp-system:" + sa,
+					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kcp-system", "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Namespace: "kcp-system", Verb: "member", Group: "operator.kyma-project.io", Resource: "shards", Name: group,
+					},
+				}}
+				Expect(kcp.Client.Create(ctx, sar)).To(Succeed())
+				return sar.Status.Allowed
+			}
+			for _, sa := range []string{"vs-controller", "module-sync", "ext-authz", "example-operator"} {
+				for _, group := range []string{"vs-controller", "module-sync"} {
+					Expect(member(sa, group)).To(Equal(sa == group), "%s a member of shard group %s", sa, group)
+				}
+			}
+		})
+
 		// Issue 33: a Watcher author who may write watchers/status could
 		// forge its route condition; the role the manifests ship for
 		// authors writes Watchers only.

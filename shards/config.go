@@ -33,18 +33,25 @@ func ForConfig(cfg *rest.Config, namespace, group, identity string, leaseDuratio
 }
 
 // WithUserAgent is cfg whose user agent names the member identity
-// ("<agent> shard/<identity>"): the API servers' audit record names the
-// replica of each write (the field manager, the user agent's first word,
-// stays the component's).
+// (UserAgent): the API servers' audit record names the replica of each
+// write.
 func WithUserAgent(cfg *rest.Config, identity string) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
-	ua := cfg.UserAgent
+	cfg.UserAgent = UserAgent(cfg.UserAgent, identity)
+	return cfg
+}
+
+// UserAgent is ua naming the member identity ("<agent> shard/<identity>";
+// client-go's default agent when ua is empty): the KCP's and the SKRs'
+// audit records name the replica of each write (test/shardaudit), while the
+// field manager, the user agent up to its first "/", stays the component's
+// (a version is added to an agent without one).
+func UserAgent(ua, identity string) string {
 	switch {
 	case ua == "":
 		ua = rest.DefaultKubernetesUserAgent()
 	case !strings.Contains(ua, "/"):
 		ua += "/" + version.Get()
 	}
-	cfg.UserAgent = ua + " shard/" + identity
-	return cfg
+	return ua + " shard/" + identity
 }

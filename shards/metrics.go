@@ -19,11 +19,19 @@ var (
 	}, []string{"group"})
 	fencings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "runtime_watcher", Subsystem: "shard", Name: "fenced_total",
-		Help: "Times this member stopped all work because its Lease was not renewed within the renew deadline.",
+		Help: "Times this member stopped all work because its own clock said the renew deadline passed without a renewal (renewals failing, or the member did not run: SIGSTOP, a frozen VM).",
 	}, []string{"group"})
 	refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "runtime_watcher", Subsystem: "shard", Name: "passes_refused_total",
 		Help: "Passes not begun here because another member owns the runtime (or has not released it yet).",
+	}, []string{"group"})
+	ignored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "runtime_watcher", Subsystem: "shard", Name: "leases_ignored_total",
+		Help: "Member Leases (or parts of them) not believed, by reason: name (its name is not <group>-shard-<holder>), duration (it declared a longer duration than ours; counted as ours).",
+	}, []string{"group", "reason"})
+	unsent = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "runtime_watcher", Subsystem: "shard", Name: "requests_fenced_total",
+		Help: "Requests of a pass not sent because this member's own clock said its renew deadline passed (FenceTransport).",
 	}, []string{"group"})
 	memberCount = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "runtime_watcher", Subsystem: "shard", Name: "members",
@@ -37,7 +45,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(renewals, viewChanges, fencings, refusals, memberCount, owned)
+	ctrlmetrics.Registry.MustRegister(renewals, viewChanges, fencings, refusals, ignored, unsent, memberCount, owned)
 }
 
 // Metrics records one member's decisions.
@@ -62,6 +70,18 @@ func (m *Metrics) members(n, changes int) {
 func (m *Metrics) fenced() {
 	if m != nil {
 		fencings.WithLabelValues(m.group).Inc()
+	}
+}
+
+func (m *Metrics) ignored(reason string) {
+	if m != nil {
+		ignored.WithLabelValues(m.group, reason).Inc()
+	}
+}
+
+func (m *Metrics) unsent() {
+	if m != nil {
+		unsent.WithLabelValues(m.group).Inc()
 	}
 }
 

@@ -36,6 +36,24 @@
 // releases its Lease (empty holder) and its runtimes move at the others'
 // next tick.
 //
+// Membership cannot be forged (docs/architecture.md "Shards", docs/security.md
+// "Shard membership"): only the component writes its members' Leases (the
+// ValidatingAdmissionPolicy of manifests/kcp/base/shard-lease-policy.yaml),
+// and what a Lease says counts only within bounds: a Lease is a member's
+// only under the name <Group>-shard-<holder>; its declared duration counts
+// at most as long as ours; a Lease deleted, or rewritten under a name that
+// does not match its holder, counts as it was until it expires (a deletion
+// is no release); a published view is read over the live members only
+// (names that hold no live member Lease are dropped, which can only widen
+// what its member claims).
+//
+// Nor frozen: no pass begins here once our own clock says RenewDeadline
+// passed since the start of our last successful renewal, a watchdog ends
+// every pass then (SIGSTOP, a frozen VM, a long GC: the loop that would
+// notice does not run), and a member whose round finds that deadline past
+// stops all work before it renews, and works again only after it published
+// and listed anew (the others may have taken its runtimes meanwhile).
+//
 // A nil *Shards is a single replica: it owns every runtime (exactly the
 // behaviour without sharding).
 package shards
@@ -119,12 +137,16 @@ type Shards struct {
 	others map[string][]string
 	// fenced: our Lease is past RenewDeadline without a renewal.
 	fenced bool
-	epoch  *epoch
+	// deadline: RenewDeadline after the start of our last successful
+	// renewal, by our own clock; no pass begins at or after it.
+	deadline time.Time
+	epoch    *epoch
+	// renewed wakes the watchdog when deadline or fenced changed.
+	renewed chan struct{}
 
 	// Used by the loop only.
-	lastRenew time.Time              // start of the last successful renewal
 	ours      *coordinationv1.Lease  // as last written
-	seen      map[string]observation // other Leases by name
+	seen      map[string]observation // other Leases by name: what each last said within bounds
 	onChange  []func(gained func(runtime string) bool) error
 	notified  *snapshot           // what the last complete notify saw
 	renotify  bool                // a notify failed: again at the next round
@@ -138,9 +160,14 @@ type epoch struct {
 	passes sync.WaitGroup
 }
 
+// observation is what a member Lease said when we last saw it change, as
+// far as we believe it.
 type observation struct {
 	resourceVersion string
-	at              time.Time
+	at              time.Time // our clock, when we saw it change
+	holder          string    // "" when released (or never a member's)
+	view            []string
+	duration        time.Duration // its declared duration, at most ours
 }
 
 // New returns a member; Start runs it.
@@ -169,7 +196,8 @@ func New(o Options) (*Shards, error) {
 	s := &Shards{
 		o: o, m: NewMetrics(o.Group, o.Identity), lease: o.Group + "-shard-" + o.Identity,
 		others: map[string][]string{}, seen: map[string]observation{},
-		fenced: true, // until the first renewal
+		fenced:  true, // until the first renewal
+		renewed: make(chan struct{}, 1),
 	}
 	s.adopted = []string{o.Identity}
 	s.epoch = newEpoch()
@@ -277,16 +305,18 @@ func (s *Shards) ownsLocked(runtime string) bool {
 type snapshot struct {
 	self               string
 	fenced             bool
+	now, deadline      time.Time
 	adopted, confirmed []string
 	others             map[string][]string
 }
 
 func (s *Shards) snapshotLocked() snapshot {
-	return snapshot{self: s.o.Identity, fenced: s.fenced, adopted: s.adopted, confirmed: s.confirmed, others: s.others}
+	return snapshot{self: s.o.Identity, fenced: s.fenced, now: s.o.Clock.Now(), deadline: s.deadline,
+		adopted: s.adopted, confirmed: s.confirmed, others: s.others}
 }
 
 func (v snapshot) owns(runtime string) bool {
-	if v.fenced || Owner(runtime, v.adopted) != v.self || Owner(runtime, v.confirmed) != v.self {
+	if v.fenced || !v.now.Before(v.deadline) || Owner(runtime, v.adopted) != v.self || Owner(runtime, v.confirmed) != v.self {
 		return false
 	}
 	for id, view := range v.others {
@@ -297,9 +327,11 @@ func (v snapshot) owns(runtime string) bool {
 	return true
 }
 
-// Begin begins a pass over runtime: ok false when it is not ours (now).
-// The pass runs under ctx, which is cancelled when the member changes its
-// view or stops; call done when the pass ends.
+// Begin begins a pass over runtime: ok false when it is not ours (now),
+// also once our own clock says the renew deadline passed. The pass runs
+// under ctx, which is cancelled when the member changes its view, is
+// fenced (the watchdog: the renew deadline passed) or stops; call done
+// when the pass ends (once is enough; more calls do nothing).
 func (s *Shards) Begin(ctx context.Context, runtime string) (pass context.Context, done func(), ok bool) {
 	if s == nil {
 		return ctx, func() {}, true
@@ -312,9 +344,9 @@ func (s *Shards) Begin(ctx context.Context, runtime string) (pass context.Contex
 	}
 	e := s.epoch
 	e.passes.Add(1)
-	pass, cancel := context.WithCancel(ctx)
+	pass, cancel := context.WithCancel(withPass(ctx, s))
 	stop := context.AfterFunc(e.ctx, cancel)
-	return pass, func() { stop(); cancel(); e.passes.Done() }, true
+	return pass, sync.OnceFunc(func() { stop(); cancel(); e.passes.Done() }), true
 }
 
 // SetOwned records how many runtimes this member owns (the metric
@@ -341,6 +373,10 @@ func (s *Shards) Start(ctx context.Context) error {
 		views   string    // what the members published, as of the last round
 		changed time.Time // when that last changed
 	)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); s.watch(watchCtx, log) }()
+	defer func() { stopWatch(); <-watched }()
 	for {
 		s.Tick(ctx, log)
 		settling, now := s.settling()
@@ -407,26 +443,36 @@ func (s *Shards) Tick(ctx context.Context, log logr.Logger) {
 // round returns true when the view changed (another round confirms it).
 func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
 	start := s.o.Clock.Now()
+	// Resumed after a gap (SIGSTOP, a frozen VM): our runtimes may be
+	// another's by now. Stop first, then renew and list anew.
+	s.expire(log, "renew deadline passed before this round: the member did not run (stopped, frozen) or its last round outlasted it")
 	s.mu.RLock()
 	publish := slices.Clone(s.adopted)
 	s.mu.RUnlock()
 	if err := s.renew(ctx, start, publish); err != nil {
 		s.m.renewal("failed")
-		if !s.lastRenew.IsZero() && s.o.Clock.Since(s.lastRenew) >= s.o.RenewDeadline {
-			s.fence(log, err)
-		} else {
+		if !s.expire(log, "member Lease not renewed within the renew deadline: "+err.Error()) {
 			log.Info("member Lease not renewed; retrying", "error", err.Error())
 		}
 		return false
 	}
 	s.m.renewal("renewed")
-	s.lastRenew = start
+	s.mu.Lock()
+	s.deadline = start.Add(s.o.RenewDeadline)
+	s.mu.Unlock()
+	s.wake()
 	if s.published != nil {
 		s.published(publish)
 	}
-	others, err := s.list(ctx)
+	others, err := s.list(ctx, log)
 	if err != nil {
 		log.Info("members not listed; retrying", "error", err.Error())
+		return false
+	}
+	// The renewal and the list must both fall within the renew deadline
+	// of the renewal's start: a pause between them (or a slow list) makes
+	// what we listed stale by the time we would act on it.
+	if s.expire(log, "renewal and list outlasted the renew deadline") {
 		return false
 	}
 	desired := []string{s.o.Identity}
@@ -438,6 +484,9 @@ func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
 	s.mu.Lock()
 	wasFenced := s.fenced
 	s.fenced = false
+	if wasFenced {
+		defer s.wake()
+	}
 	gained := wasFenced || !slices.Equal(s.confirmed, publish) || !sameViews(s.others, others)
 	s.confirmed = publish
 	s.others = others
@@ -500,13 +549,19 @@ func sameViews(a, b map[string][]string) bool {
 	return true
 }
 
-// fence stops all work: our Lease may be taken as expired by the others
-// soon.
-func (s *Shards) fence(log logr.Logger, err error) {
+// expire fences this member when its own clock says the renew deadline
+// passed without a renewal (the others may take its Lease as expired
+// soon, or have already); true when the deadline has passed (fenced now
+// or before).
+func (s *Shards) expire(log logr.Logger, why string) bool {
 	s.mu.Lock()
+	if s.deadline.IsZero() || s.o.Clock.Now().Before(s.deadline) {
+		s.mu.Unlock()
+		return false
+	}
 	if s.fenced {
 		s.mu.Unlock()
-		return
+		return true
 	}
 	s.fenced = true
 	e := s.epoch
@@ -515,7 +570,52 @@ func (s *Shards) fence(log logr.Logger, err error) {
 	e.cancel()
 	e.passes.Wait()
 	s.m.fenced()
-	log.Error(err, "member Lease not renewed within the renew deadline; all work stopped until it is", "renewDeadline", s.o.RenewDeadline)
+	log.Error(errors.New(why), "member fenced: all work stopped until it renewed its Lease and listed the members again", "renewDeadline", s.o.RenewDeadline)
+	return true
+}
+
+// wake tells the watchdog that the deadline or fencing changed.
+func (s *Shards) wake() {
+	select {
+	case s.renewed <- struct{}{}:
+	default:
+	}
+}
+
+// watch is the watchdog: at the renew deadline, by our own clock, it
+// fences the member unless a renewal came first. The loop does the same
+// when it runs, but a member whose loop does not run (stopped, frozen)
+// would otherwise keep its passes alive past the deadline: the timer fires
+// as soon as the process runs again.
+func (s *Shards) watch(ctx context.Context, log logr.Logger) {
+	for {
+		s.mu.RLock()
+		deadline, fenced := s.deadline, s.fenced
+		s.mu.RUnlock()
+		var t clock.Timer
+		var expired <-chan time.Time
+		if !fenced && !deadline.IsZero() {
+			wait := deadline.Sub(s.o.Clock.Now())
+			if wait <= 0 {
+				s.expire(log, "renew deadline passed without a renewal (watchdog)")
+				continue
+			}
+			t = s.o.Clock.NewTimer(wait)
+			expired = t.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.renewed:
+		case <-expired:
+			s.expire(log, "renew deadline passed without a renewal (watchdog)")
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // stop ends every pass and releases our Lease.
@@ -588,8 +688,12 @@ func (s *Shards) renew(ctx context.Context, now time.Time, view []string) error 
 }
 
 // list reads the members' Leases (a quorum read) and returns the live
-// others with their published views.
-func (s *Shards) list(ctx context.Context) (map[string][]string, error) {
+// others with their published views, each read over the live members only.
+// What a Lease says counts within bounds (see the package comment): the
+// name binds the holder, the declared duration counts at most as ours, a
+// Lease that disappeared or lost its name's holder counts as it last was
+// until it expires.
+func (s *Shards) list(ctx context.Context, log logr.Logger) (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.RenewDeadline)
 	defer cancel()
 	list, err := s.o.Leases.Leases(s.o.Namespace).List(ctx, metav1.ListOptions{
@@ -599,7 +703,7 @@ func (s *Shards) list(ctx context.Context) (map[string][]string, error) {
 		return nil, err
 	}
 	now := s.o.Clock.Now()
-	others := map[string][]string{}
+	prefix := s.o.Group + "-shard-"
 	seen := map[string]observation{}
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -607,26 +711,61 @@ func (s *Shards) list(ctx context.Context) (map[string][]string, error) {
 			continue
 		}
 		o, ok := s.seen[l.Name]
-		if !ok || o.resourceVersion != l.ResourceVersion {
-			o = observation{resourceVersion: l.ResourceVersion, at: now}
+		if ok && o.resourceVersion == l.ResourceVersion {
+			seen[l.Name] = o
+			continue
 		}
-		seen[l.Name] = o
 		holder := ptr.Deref(l.Spec.HolderIdentity, "")
-		// The member's own duration (it fences itself at its renew
-		// deadline, a share of it); ours when it declares none.
-		d := s.o.LeaseDuration
-		if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
-			d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		if holder != "" && l.Name != prefix+holder {
+			// Not its holder's Lease: what it said while it was counts
+			// until it expires; a Lease that never was says nothing.
+			s.m.ignored("name")
+			log.Info("member Lease ignored: its name is not <group>-shard-<holder>", "lease", l.Name, "holder", holder)
+			o.resourceVersion = l.ResourceVersion
+			if !ok {
+				o.at = now
+			}
+			seen[l.Name] = o
+			continue
 		}
-		if holder == "" || holder == s.o.Identity || now.Sub(o.at) >= d {
-			continue // released or expired
+		// The member's own duration (it fences itself at its renew
+		// deadline, a share of it), at most ours; ours when it declares
+		// none.
+		d := s.o.LeaseDuration
+		if declared := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second; declared > 0 && declared < d {
+			d = declared
+		} else if declared > d {
+			s.m.ignored("duration")
 		}
 		var view []string
-		if v := l.Annotations[AnnotationView]; v != "" {
+		if v := l.Annotations[AnnotationView]; v != "" && holder != "" {
 			view = strings.Split(v, ",")
 		}
-		others[holder] = view
+		seen[l.Name] = observation{resourceVersion: l.ResourceVersion, at: now, holder: holder, view: view, duration: d}
+	}
+	// A Lease deleted (or unlabelled) is no release: it counts as it last
+	// was until it expires.
+	for name, o := range s.seen {
+		if _, ok := seen[name]; !ok && o.holder != "" && now.Sub(o.at) < o.duration {
+			seen[name] = o
+		}
 	}
 	s.seen = seen
+	members := map[string]bool{s.o.Identity: true}
+	for _, o := range seen {
+		if o.holder != "" && now.Sub(o.at) < o.duration {
+			members[o.holder] = true
+		}
+	}
+	others := map[string][]string{}
+	for _, o := range seen {
+		if o.holder == "" || o.holder == s.o.Identity || now.Sub(o.at) >= o.duration {
+			continue // released or expired
+		}
+		// Names that hold no live member Lease are dropped from the view:
+		// that can only widen what its member claims (rendezvous hashing
+		// over fewer members), never shrink it below what it may work on.
+		others[o.holder] = slices.DeleteFunc(slices.Clone(o.view), func(id string) bool { return !members[id] })
+	}
 	return others, nil
 }

@@ -2,17 +2,13 @@ package bench_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +21,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/mirror"
 	"github.com/seed-c8be168e/runtime-watcher/module-sync/syncmanager"
-	"github.com/seed-c8be168e/runtime-watcher/test/pki"
+	"github.com/seed-c8be168e/runtime-watcher/test/admissionhold"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
@@ -179,56 +175,10 @@ func fleet(b *testing.B, hostile, noTurns bool) time.Duration {
 // holdWrites makes the cluster's API server call a webhook that holds
 // every ConfigMap write for holdFor before it allows it.
 func holdWrites(ctx context.Context, c client.Client) error {
-	ca, err := pki.NewCA("hostile-webhook")
-	if err != nil {
-		return err
-	}
-	leaf, err := ca.Issue(pki.LeafOptions{CommonName: "127.0.0.1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		return err
-	}
-	cert, err := leaf.TLS()
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		review := &admissionv1.AdmissionReview{}
-		if err := json.NewDecoder(r.Body).Decode(review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
+	return admissionhold.Install(ctx, c, "hold-every-write", admissionhold.ConfigMaps, func(ctx context.Context, _ *admissionv1.AdmissionRequest) {
 		select {
 		case <-time.After(holdFor):
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
 		}
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(review)
-	})}
-	srv.TLSConfig = pkiTLS(cert)
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	url := "https://" + ln.Addr().String() + "/hold"
-	none, ignore, timeout := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Ignore, int32(30)
-	return c.Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "hold-every-write"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "hold.bench.kyma-project.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.PEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
-			SideEffects:             &none,
-			FailurePolicy:           &ignore,
-			TimeoutSeconds:          &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
 	})
-}
-
-func pkiTLS(cert tls.Certificate) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 }

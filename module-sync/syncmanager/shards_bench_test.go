@@ -94,7 +94,7 @@ type replicaCost struct {
 
 // shardRun runs n runtimes with one process (shards 0) or shards replicas.
 func shardRun(b *testing.B, n, shards int) shardRunResult {
-	f := newFleet(b, n)
+	f := newFleet(b, n, 1)
 	var res shardRunResult
 	ids := []string{""}
 	if shards > 0 {

@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,13 +31,15 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/admissionhold"
 	"github.com/seed-c8be168e/runtime-watcher/test/shardaudit"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
 // shardsAudit records, in the KCP's audit log, every write of a shard
-// member's Lease with the Lease itself, and every write of a SyncResource.
-var shardsAudit = shardaudit.Policy(`[{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}]`)
+// member's Lease with the Lease itself, and every write of a SyncResource;
+// in the SKR's, every write of a ConfigMap (what the SyncResources apply).
+var shardsAudit = shardaudit.Policy(`[{group: "operator.kyma-project.io", resources: ["syncresources", "syncresources/status"]}, {group: "", resources: ["configmaps"]}]`)
 
 // shardsChaos: how long TestShards keeps changing the membership after its
 // first four changes (issue 36 asks for several minutes).
@@ -57,12 +62,13 @@ type fleet struct {
 	g        *gomega.WithT
 	kcp, skr *testenv.Cluster
 	ids      []string
+	items    int // ConfigMaps per SyncResource
 	bin      string
 	logs     string
 	replicas map[string]*exec.Cmd
 }
 
-func newFleet(tb testing.TB, n int) *fleet {
+func newFleet(tb testing.TB, n, items int) *fleet {
 	tb.Helper()
 	env, err := testenv.StartAudited(shardsAudit, "kcp", "skr")
 	if err != nil {
@@ -71,7 +77,7 @@ func newFleet(tb testing.TB, n int) *fleet {
 	tb.Cleanup(func() { _ = env.Stop() })
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	f := &fleet{tb: tb, ctx: ctx, g: gomega.NewWithT(tb), kcp: env.Cluster("kcp"), skr: env.Cluster("skr"), logs: tb.TempDir(), replicas: map[string]*exec.Cmd{}}
+	f := &fleet{tb: tb, ctx: ctx, items: items, g: gomega.NewWithT(tb), kcp: env.Cluster("kcp"), skr: env.Cluster("skr"), logs: tb.TempDir(), replicas: map[string]*exec.Cmd{}}
 	for _, ns := range []struct {
 		c    client.Client
 		name string
@@ -107,7 +113,7 @@ func newFleet(tb testing.TB, n int) *fleet {
 		}
 		sr := &v1alpha1.SyncResource{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: shardsNS,
 			Annotations: map[string]string{v1alpha1.AnnotationWrittenBy: shardsWriter}},
-			Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "shards", Items: []v1alpha1.SyncItem{configMapItem(id, "v1")}}}
+			Spec: v1alpha1.SyncResourceSpec{Kyma: id, Module: "shards", Items: configMapItems(id, "v1", items)}}
 		if err := f.kcp.Client.Create(ctx, sr); err != nil {
 			tb.Fatal(err)
 		}
@@ -166,6 +172,89 @@ func (f *fleet) stop(id string, sig syscall.Signal) {
 	delete(f.replicas, id)
 }
 
+// pause is what pauseMidPass did.
+type pause struct {
+	runtime       string        // whose write the stop landed in
+	stopped, back time.Duration // how long stopped; views settled after SIGCONT
+}
+
+// pauseMidPass stops, with SIGSTOP, the replica whose write of a runtime's
+// ConfigMap reaches the SKR next — while the SKR's admission holds that
+// write, so it lands mid-pass —, keeps it stopped until the others'
+// views (views, as TestShards checks them) no longer hold it and another
+// replica wrote that runtime's SyncResource, then resumes it (SIGCONT) and
+// waits until every view of live holds it again.
+func (f *fleet) pauseMidPass(views func(step string, want ...string) time.Duration, live ...string) (string, pause) {
+	f.tb.Helper()
+	type stop struct{ victim, runtime string }
+	stopped := make(chan stop, 1)
+	var armed atomic.Bool
+	armed.Store(true)
+	hold, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	if err := admissionhold.Install(hold, f.skr.Client, "pause-mid-pass", admissionhold.ConfigMaps, func(_ context.Context, req *admissionv1.AdmissionRequest) {
+		if req.Namespace != "shards" || req.Name != runtimeOfConfigMap(req.Name) || !armed.Load() {
+			return // the first of a pass's ConfigMaps: the others come after the pause
+		}
+		// The writer: the live member whose published view gives it the
+		// runtime (the views are settled here).
+		writer := f.claimant(shardsNS + "/" + req.Name)
+		if writer == "" || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		if err := f.replicas[writer].Process.Signal(syscall.SIGSTOP); err != nil {
+			f.tb.Error(err)
+		}
+		stopped <- stop{writer, req.Name}
+	}); err != nil {
+		f.tb.Fatal(err)
+	}
+	defer func() {
+		_ = f.skr.Client.Delete(f.ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "pause-mid-pass"}})
+	}()
+	var s stop
+	select {
+	case s = <-stopped:
+	case <-time.After(30 * time.Second): // the churn writes every ConfigMap every 250 ms
+		f.tb.Fatal("no replica wrote a ConfigMap in the SKR within 30 s")
+	}
+	began := time.Now()
+	others := slices.DeleteFunc(slices.Clone(live), func(m string) bool { return m == s.victim })
+	views("while "+s.victim+" is stopped", others...)
+	f.g.Eventually(func() string {
+		sr := &v1alpha1.SyncResource{}
+		if err := f.kcp.Client.Get(f.ctx, client.ObjectKey{Namespace: shardsNS, Name: s.runtime}, sr); err != nil {
+			return err.Error()
+		}
+		return sr.Status.Replica
+	}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(gomega.BeElementOf(others), "another replica writes "+s.runtime)
+	if err := f.replicas[s.victim].Process.Signal(syscall.SIGCONT); err != nil {
+		f.tb.Fatal(err)
+	}
+	p := pause{runtime: s.runtime, stopped: time.Since(began)}
+	p.back = views("after "+s.victim+" resumed", live...)
+	return s.victim, p
+}
+
+// claimant is the live member whose published view gives it runtime; ""
+// when none does.
+func (f *fleet) claimant(runtime string) string {
+	leases := &coordinationv1.LeaseList{}
+	if err := f.kcp.Client.List(f.ctx, leases, client.InNamespace(shardsNS), client.MatchingLabels{shards.LabelGroup: ShardGroup}); err != nil {
+		return ""
+	}
+	for _, l := range leases.Items {
+		h := ptrString(l.Spec.HolderIdentity)
+		if h == "" || l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) >= shardsLease || f.replicas[h] == nil {
+			continue
+		}
+		if shards.Owner(runtime, strings.Split(l.Annotations[shards.AnnotationView], ",")) == h {
+			return h
+		}
+	}
+	return ""
+}
+
 // converge waits until every SyncResource is applied at its generation and
 // its ConfigMap in the SKR holds value, at most within.
 func (f *fleet) converge(step, value string, within time.Duration) time.Duration {
@@ -210,7 +299,7 @@ func (f *fleet) bump(value string) {
 			if err := f.kcp.Client.Get(f.ctx, client.ObjectKey{Namespace: shardsNS, Name: id}, sr); err != nil {
 				return err
 			}
-			sr.Spec.Items = []v1alpha1.SyncItem{configMapItem(id, value)}
+			sr.Spec.Items = configMapItems(id, value, f.items)
 			return f.kcp.Client.Update(f.ctx, sr)
 		}); err != nil {
 			f.tb.Error(err) // Error, not Fatal: the churn calls it from its own goroutine
@@ -223,16 +312,20 @@ func (f *fleet) bump(value string) {
 // --shard-identity does, against real KCP and SKR API servers, with 24
 // runtimes of one SyncResource each, and changes membership: a replica is
 // SIGKILLed, one is added, one stops (SIGTERM), the killed one comes back
-// (a new pod, a new identity); then, for -shards.chaos (3 minutes), one
+// (a new pod, a new identity); one is stopped mid-pass (SIGSTOP while
+// the SKR's admission holds the first of its pass's two ConfigMap writes)
+// until the others took its runtimes, and resumed; then, for
+// -shards.chaos (3 minutes), one
 // change at a time in turn: a replica SIGKILLed and replaced by a new pod,
 // one SIGKILLed and restarted under its identity (a container restart),
 // one stopped (SIGTERM) and replaced, one added and another stopped —
 // always 2 to 4 replicas. Meanwhile every SyncResource changes every
 // 250 ms; after the changes every SyncResource must converge (status and
 // the object in the SKR) within 30 s.
-// Then, from the KCP API server's audit log alone (Lease writes with their
-// published views, SyncResource writes with the replica in the user
-// agent): every write of a runtime's SyncResource was made by a replica
+// Then, from the API servers' audit logs alone (the KCP's Lease writes with
+// their published views, SyncResource writes with the replica in the user
+// agent, and the SKR's ConfigMap writes likewise): every write of a
+// runtime's SyncResource or ConfigMaps was made by a replica
 // whose live Lease claimed that runtime; when a runtime's writer changed,
 // the previous one had published a view without it (or released or let
 // expire its Lease) after its last write and before the new writer's first
@@ -241,7 +334,7 @@ func (f *fleet) bump(value string) {
 // often than membership changed (no flapping).
 func TestShards(t *testing.T) {
 	testenv.SkipIfShort(t)
-	f := newFleet(t, shardsRuntimes)
+	f := newFleet(t, shardsRuntimes, 2)
 	ctx, g, kcp := f.ctx, f.g, f.kcp
 	start := func(id string) { f.start(id) }
 	stop := f.stop
@@ -308,6 +401,18 @@ func TestShards(t *testing.T) {
 	// Membership changes: the second and third replica joining at the
 	// start, then kill, add, stop, add.
 	changes := 6
+	// A pause that lands mid-pass (issue 40 finding 5): the next replica
+	// that writes a runtime's first ConfigMap in the SKR is stopped
+	// (SIGSTOP) while the SKR's admission holds that write, so the pass it
+	// began is in flight; it stays stopped until the others took its
+	// runtimes and one of them wrote that runtime, then runs again
+	// (SIGCONT). Its pass goes on where it stopped — the second ConfigMap,
+	// a server-side apply no resourceVersion guards (the status write
+	// after it would fail on its stale one): the audit below fails unless
+	// that write is refused.
+	victim, paused := f.pauseMidPass(views, "ms-2-b", "ms-3-a", "ms-4-a")
+	t.Logf("%s stopped mid-pass (writing %s in the SKR) for %s; views with it again after %s", victim, paused.runtime, paused.stopped, paused.back)
+	changes += 2
 	live := []string{"ms-2-b", "ms-3-a", "ms-4-a"}
 	pods := 4 // ms-<n>-a: new pods
 	newPod := func() string { pods++; return fmt.Sprintf("ms-%d-a", pods) }
@@ -393,7 +498,7 @@ func TestShards(t *testing.T) {
 		}
 	}
 
-	checkShardAudit(t, kcp.AuditLogPath, changes)
+	checkShardAudit(t, kcp.AuditLogPath, f.skr.AuditLogPath, changes)
 }
 
 func ptrString(p *string) string {
@@ -403,20 +508,40 @@ func ptrString(p *string) string {
 	return *p
 }
 
-func configMapItem(id, value string) v1alpha1.SyncItem {
-	raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": id, "namespace": "shards"}, "data": map[string]any{"v": value}})
-	return v1alpha1.SyncItem{Name: "cm", Strategy: v1alpha1.CreateAndSync, Resource: k8sruntime.RawExtension{Raw: raw}}
+// configMapItems are n ConfigMaps of runtime id holding value: id, then
+// id-1, id-2, … (a pass applies them one after another).
+func configMapItems(id, value string, n int) []v1alpha1.SyncItem {
+	items := make([]v1alpha1.SyncItem, n)
+	for i := range items {
+		name, item := id, "cm"
+		if i > 0 {
+			name, item = fmt.Sprintf("%s-%d", id, i), fmt.Sprintf("cm-%d", i)
+		}
+		raw, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": "shards"}, "data": map[string]any{"v": value}})
+		items[i] = v1alpha1.SyncItem{Name: item, Strategy: v1alpha1.CreateAndSync, Resource: k8sruntime.RawExtension{Raw: raw}}
+	}
+	return items
+}
+
+// runtimeOfConfigMap is the runtime id of a ConfigMap configMapItems names.
+func runtimeOfConfigMap(name string) string {
+	n, _, _ := strings.Cut(strings.TrimPrefix(name, "runtime-"), "-")
+	return "runtime-" + n
 }
 
 // checkShardAudit checks the invariants of ARCHITECTURE.md §3.13 from the
 // audit log (see TestShards): a runtime's writes are its SyncResource's.
-func checkShardAudit(t *testing.T, path string, membershipChanges int) {
+func checkShardAudit(t *testing.T, path, skrAudit string, membershipChanges int) {
 	t.Helper()
 	shardaudit.Check(t, path, shardaudit.Options{
 		Group: ShardGroup, Lease: shardsLease, Runtimes: shardsRuntimes, MembershipChanges: membershipChanges,
 		Runtime: func(e *shardaudit.Event) (string, bool) {
 			return shardsNS + "/" + e.ObjectRef.Name, e.ObjectRef.Resource == "syncresources"
+		},
+		SKRAudit: skrAudit,
+		SKRRuntime: func(e *shardaudit.Event) (string, bool) {
+			return shardsNS + "/" + runtimeOfConfigMap(e.ObjectRef.Name), e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == "shards"
 		},
 	})
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -257,10 +258,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options, clients skrclient.Clu
 		return nil, errors.New("no module resources")
 	}
 	if clients == nil {
-		clients = RuntimeClients(o.SKRTimeout)
+		k := RuntimeClients(o.SKRTimeout)
+		if o.ShardIdentity != "" {
+			k.UserAgent = shards.UserAgent(k.UserAgent, o.ShardIdentity) // the SKRs' audit names the replica
+			k.WrapTransport = transport.Wrappers(k.WrapTransport, shards.FenceTransport)
+		}
+		clients = k
 	}
 	if o.ShardIdentity != "" {
 		cfg = shards.WithUserAgent(cfg, o.ShardIdentity)
+		cfg.Wrap(shards.FenceTransport) // a pass's KCP writes, once its member is past its renew deadline: not sent
 	}
 	mgr, err := newManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),

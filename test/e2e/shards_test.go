@@ -52,6 +52,22 @@ func skrWebhooks(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// memberViews: the live member Leases of group (renewed within lease), by
+// holder, with their published views.
+func memberViews(ctx context.Context, group string, lease time.Duration) (map[string]string, error) {
+	list := &coordinationv1.LeaseList{}
+	if err := env.KCP().List(ctx, list, client.InNamespace(env.Names().KymaNamespace), client.MatchingLabels{shards.LabelGroup: group}); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, l := range list.Items {
+		if h := l.Spec.HolderIdentity; h != nil && *h != "" && l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < lease {
+			out[*h] = l.Annotations[shards.AnnotationView]
+		}
+	}
+	return out, nil
+}
+
 // Shards (ARCHITECTURE.md §3.13, docs/operations.md "Scaling"): module-sync
 // as 3 replicas that share the runtimes. A Module CR edit's event lands on
 // any replica through the real gateway (Envoy); the replicas that do not
@@ -76,20 +92,8 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 	)
 	runtime := func() string { return env.Names().KymaNamespace + "/" + env.Names().RuntimeID }
 
-	// views: the live members' Leases, by identity, with their published
-	// views.
 	views := func(ctx context.Context, group string) (map[string]string, error) {
-		list := &coordinationv1.LeaseList{}
-		if err := env.KCP().List(ctx, list, client.InNamespace(env.Names().KymaNamespace), client.MatchingLabels{shards.LabelGroup: group}); err != nil {
-			return nil, err
-		}
-		out := map[string]string{}
-		for _, l := range list.Items {
-			if h := l.Spec.HolderIdentity; h != nil && *h != "" && l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < lease {
-				out[*h] = l.Annotations[shards.AnnotationView]
-			}
-		}
-		return out, nil
+		return memberViews(ctx, group, lease)
 	}
 	// settledOn: every replica of group in want is live and publishes the
 	// view of exactly want; it returns the runtime's owner.

@@ -2,47 +2,34 @@ package fakecluster
 
 import (
 	"context"
-	"strconv"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/seed-c8be168e/runtime-watcher/shards"
+	"github.com/seed-c8be168e/runtime-watcher/test/fakeleases"
 )
 
 // Members are shard members of one group over a fake Lease client (no
 // API server): each runs its rounds only when the test calls Tick or
-// Settle, so every interleaving is the test's.
+// Settle, so every interleaving is the test's. Their clock stands still
+// (a fake one), so no member's renew deadline passes between rounds
+// however slowly the test runs.
 type Members map[string]*shards.Shards
 
 // ShardMembers makes the members ids of group, their Leases in namespace.
 func ShardMembers(t testing.TB, namespace, group string, ids ...string) Members {
 	t.Helper()
-	cs := fake.NewClientset()
-	// The fake tracker keeps no resourceVersion, and a member updates only
-	// a Lease it read with one: number the writes as an API server does.
-	var mu sync.Mutex
-	rv := 0
-	cs.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if o, ok := a.(interface{ GetObject() runtime.Object }); ok {
-			mu.Lock()
-			rv++
-			o.GetObject().(metav1.Object).SetResourceVersion(strconv.Itoa(rv))
-			mu.Unlock()
-		}
-		return false, nil, nil
-	})
+	cs := fakeleases.New()
+	still := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
 	m := Members{}
 	for _, id := range ids {
-		s, err := shards.New(shards.Options{Leases: cs.CoordinationV1(), Namespace: namespace, Group: group, Identity: id, Log: logr.Discard()})
+		s, err := shards.New(shards.Options{Leases: cs.CoordinationV1(), Namespace: namespace, Group: group, Identity: id, Clock: still, Log: logr.Discard()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -219,7 +219,7 @@ func applyIstioConfig(ctx context.Context, c client.Client, services []LocalServ
 	}
 	// The route policy first, as manifests/kcp/base has it: every route on
 	// the watcher Gateway after it is admitted by it.
-	if err := installPolicies(ctx, c, GatewayRoutesPolicyPath()); err != nil {
+	if err := testenv.InstallPolicy(ctx, c, GatewayRoutesPolicyPath()); err != nil {
 		return err
 	}
 	gw, ap, err := GatewayManifests(GatewayServerHost)

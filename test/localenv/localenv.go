@@ -207,6 +207,13 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 			return s, err
 		}
 	}
+	// Only vs-controller and module-sync write their member Leases
+	// (manifests/kcp/base/shard-lease-policy.yaml); the processes here act
+	// as the KCP's admin, which the policy lets through as it lets cluster
+	// admins.
+	if err := testenv.InstallPolicy(ctx, s.KCP.Client, ShardLeasePolicyPath()); err != nil {
+		return s, err
+	}
 
 	// cert-manager and the PKI of manifests/kcp/base/pki.yaml: the runtime
 	// CA is a namespaced CA Issuer in vs-controller's namespace (only

@@ -13,7 +13,6 @@ import (
 
 	istioapinetworking "istio.io/api/networking/v1"
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,33 +83,19 @@ func SyncResourceWriterPolicyPath() string {
 	return filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "syncresource-writer-policy.yaml")
 }
 
+// ShardLeasePolicyPath is the ValidatingAdmissionPolicy (and its binding)
+// that lets only vs-controller and module-sync write their member Leases.
+func ShardLeasePolicyPath() string {
+	return filepath.Join(testenv.RepoRoot(), "manifests", "kcp", "base", "shard-lease-policy.yaml")
+}
+
 // installSyncResourcePolicy creates the policies of SyncResourcePolicyPath
 // and SyncResourceWriterPolicyPath in the KCP, as manifests/kcp/base does
 // in production.
 func (s *System) installSyncResourcePolicy(ctx context.Context) error {
-	return installPolicies(ctx, s.KCP.Client, SyncResourcePolicyPath(), SyncResourceWriterPolicyPath())
-}
-
-// installPolicies creates the ValidatingAdmissionPolicy and its binding of
-// each manifest of paths (two YAML documents each).
-func installPolicies(ctx context.Context, c client.Client, paths ...string) error {
-	for _, path := range paths {
-		b, err := os.ReadFile(path)
-		if err != nil {
+	for _, path := range []string{SyncResourcePolicyPath(), SyncResourceWriterPolicyPath()} {
+		if err := testenv.InstallPolicy(ctx, s.KCP.Client, path); err != nil {
 			return err
-		}
-		docs := strings.Split(string(b), "\n---\n")
-		if len(docs) != 2 {
-			return fmt.Errorf("%s: want the policy and its binding, got %d documents", path, len(docs))
-		}
-		policy, binding := &admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-		for i, into := range []client.Object{policy, binding} {
-			if err := yaml.UnmarshalStrict([]byte(docs[i]), into); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			if err := c.Create(ctx, into); err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
-			}
 		}
 	}
 	return nil

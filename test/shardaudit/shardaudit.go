@@ -1,9 +1,9 @@
-// Package shardaudit checks the shard invariants of ARCHITECTURE.md §3.13
-// from a KCP API server's audit log alone (never from our logs): the
-// member Leases' writes with the views they published, and the writes of
-// each runtime's objects by the replica its user agent names
-// (shards.WithUserAgent: "… shard/<identity>"). module-sync's and
-// vs-controller's shard tests use it.
+// Package shardaudit checks the shard invariants of docs/architecture.md
+// "Shards" from the API servers' audit logs alone (never from our logs):
+// the member Leases' writes with the views they published (the KCP's),
+// and the writes of each runtime's objects by the replica its user agent
+// names (shards.UserAgent: "… shard/<identity>") — in the KCP and, when
+// given, in the SKR. module-sync's and vs-controller's shard tests use it.
 package shardaudit
 
 import (
@@ -76,6 +76,11 @@ type Options struct {
 	// Runtime is the runtime key (shards' hash input) an audited write of a
 	// member is about; false for writes that are none of the check's.
 	Runtime func(e *Event) (string, bool)
+	// SKRAudit, when set, is the audit log of the SKR the runtimes point
+	// at; SKRRuntime is the runtime key of a member's write there. Both
+	// API servers run on one machine: one clock.
+	SKRAudit   string
+	SKRRuntime func(e *Event) (string, bool)
 	// Runtimes: how many runtimes must have been written.
 	Runtimes int
 	// MembershipChanges bounds how often a runtime may change writer.
@@ -106,24 +111,10 @@ type write struct {
 // flapping). It returns the number of writes and of writer changes.
 func Check(t testing.TB, path string, o Options) (writes, moves int) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var pubs []publication
 	byRuntime := map[string][]write{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	prefix := o.Group + "-shard-"
-	for sc.Scan() {
-		var e Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("audit line: %v", err)
-		}
-		if e.Stage != "ResponseComplete" || e.ResponseStatus.Code/100 != 2 {
-			continue
-		}
+	read(t, path, func(e *Event) {
 		if e.ObjectRef.Resource == "leases" && strings.HasPrefix(e.ObjectRef.Name, prefix) {
 			var l coordinationv1.Lease
 			if err := json.Unmarshal(e.RequestObject, &l); err != nil {
@@ -135,18 +126,27 @@ func Check(t testing.TB, path string, o Options) (writes, moves int) {
 				p.view = strings.Split(v, ",")
 			}
 			pubs = append(pubs, p)
-			continue
+			return
 		}
-		member := Member(e.UserAgent)
-		if member == "" {
-			continue
+		if member := Member(e.UserAgent); member != "" {
+			if rt, ok := o.Runtime(e); ok {
+				byRuntime[rt] = append(byRuntime[rt], write{at: e.RequestReceived.Time, member: member})
+			}
 		}
-		if rt, ok := o.Runtime(&e); ok {
-			byRuntime[rt] = append(byRuntime[rt], write{at: e.RequestReceived.Time, member: member})
+	})
+	skrWrites := 0
+	if o.SKRAudit != "" {
+		read(t, o.SKRAudit, func(e *Event) {
+			if member := Member(e.UserAgent); member != "" {
+				if rt, ok := o.SKRRuntime(e); ok {
+					byRuntime[rt] = append(byRuntime[rt], write{at: e.RequestReceived.Time, member: member})
+					skrWrites++
+				}
+			}
+		})
+		if skrWrites == 0 {
+			t.Fatalf("SKR audit log %s holds no write of a member", o.SKRAudit)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if len(pubs) == 0 || len(byRuntime) != o.Runtimes {
 		t.Fatalf("audit log holds %d member Lease writes and writes of %d runtimes, want writes of %d", len(pubs), len(byRuntime), o.Runtimes)
@@ -197,19 +197,52 @@ func Check(t testing.TB, path string, o Options) (writes, moves int) {
 			t.Errorf("%s changed writer %d times over %d membership changes (flapping)", runtime, changes, o.MembershipChanges)
 		}
 	}
-	t.Logf("audit log: %d member Lease writes, %d writes of %d runtimes, %d writer changes; every write under its writer's live claim", len(pubs), writes, len(byRuntime), moves)
+	t.Logf("audit logs: %d member Lease writes, %d writes of %d runtimes (%d of them in the SKR), %d writer changes; every write under its writer's live claim", len(pubs), writes, len(byRuntime), skrWrites, moves)
 	return writes, moves
 }
 
+// read calls f with every successful write (ResponseComplete, 2xx) of the
+// audit log at path.
+func read(t testing.TB, path string, f func(e *Event)) {
+	t.Helper()
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("audit line: %v", err)
+		}
+		if e.Stage != "ResponseComplete" || e.ResponseStatus.Code/100 != 2 {
+			continue
+		}
+		f(&e)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // released: between from and to, member published a view in which it does
-// not own runtime (or released its Lease), or its Lease expired (its last
-// write before to is at least one Lease period old).
+// not own runtime (or released its Lease), or its Lease expired — one of
+// its publications went a Lease period without a next one, at a moment
+// after from and not after to (a member that was stopped and came back
+// renews under its old view: its Lease lapsed in between all the same).
 func released(pubs []publication, member, runtime string, from, to time.Time, lease time.Duration) bool {
 	var last *publication
 	for i := range pubs {
 		p := &pubs[i]
 		if p.member != member || p.at.After(to) {
 			continue
+		}
+		if last != nil {
+			if expiry := last.at.Add(lease); expiry.After(from) && !p.at.Before(expiry) {
+				return true
+			}
 		}
 		last = p
 		if p.at.After(from) && (p.released || shards.Owner(runtime, p.view) != member) {

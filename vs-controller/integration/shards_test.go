@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,17 +16,21 @@ import (
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
+	"github.com/seed-c8be168e/runtime-watcher/test/admissionhold"
 	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/shardaudit"
@@ -52,7 +57,9 @@ const (
 // follow). Every runtime's pass must complete — its Certificate carries
 // the trust evidence of what its SKR was given, whichever replica pushed
 // it. Then membership changes: the owner of a runtime is SIGKILLed, a
-// replica is added, one stops (SIGTERM); after each change every Kyma's
+// replica is added, one stops (SIGTERM), one is stopped mid-pass (SIGSTOP
+// while the KCP's admission holds its Certificate write) until the others
+// took its runtimes, and resumed; after each change every Kyma's
 // skr-domain changes and every runtime's Certificate must follow within
 // 30 s. Finally, from the KCP API server's audit log alone (Lease writes
 // with their published views; Kyma and Certificate writes with the replica
@@ -271,10 +278,80 @@ func TestShards(t *testing.T) {
 		}
 	}
 
+	// A pause that lands mid-pass (issue 40 finding 5): the replica whose
+	// pass writes a runtime's Certificate for the next domain first is
+	// stopped (SIGSTOP) while the KCP's admission holds that write — the
+	// pass goes on after it with the SKR bundle and the trust evidence on
+	// the Certificate. It stays stopped until the others dropped it from
+	// their views and one of them wrote that runtime's Certificate, then
+	// runs again (SIGCONT): the audit below fails unless the rest of its
+	// pass is refused.
+	type pause struct{ victim, runtime string }
+	stopped := make(chan pause, 1)
+	var armed atomic.Bool
+	armed.Store(true)
+	hold, unhold := context.WithCancel(ctx)
+	claimant := func(runtime string) string {
+		leases := &coordinationv1.LeaseList{}
+		if err := kcp.Client.List(ctx, leases, client.InNamespace(kymaNS), client.MatchingLabels{shards.LabelGroup: vsmanager.ShardGroup}); err != nil {
+			return ""
+		}
+		for _, l := range leases.Items {
+			h := ptr.Deref(l.Spec.HolderIdentity, "")
+			if h != "" && slices.Contains(live, h) && shards.Owner(runtime, strings.Split(l.Annotations[shards.AnnotationView], ",")) == h {
+				return h
+			}
+		}
+		return ""
+	}
+	if err := admissionhold.Install(hold, kcp.Client, "pause-mid-pass", admissionregistrationv1.Rule{APIGroups: []string{"cert-manager.io"}, APIVersions: []string{"v1"}, Resources: []string{"certificates"}},
+		func(_ context.Context, req *admissionv1.AdmissionRequest) {
+			if req.Operation != admissionv1.Update || !armed.Load() || !strings.Contains(string(req.Object.Raw), ".v5.example.com") || strings.Contains(string(req.OldObject.Raw), ".v5.example.com") {
+				return // only the owner's pass changes the domain
+			}
+			id, ok := certificates.RuntimeIDOfSecret(req.Name)
+			writer := claimant(kymaNS + "/" + id)
+			if !ok || writer == "" || !armed.CompareAndSwap(true, false) {
+				return
+			}
+			if err := replicas[writer].Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Error(err)
+			}
+			stopped <- pause{writer, id}
+		}); err != nil {
+		t.Fatal(err)
+	}
+	bump("v5")
+	var paused pause
+	select {
+	case paused = <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no replica wrote a Certificate for the v5 domain within 30 s")
+	}
+	pauseBegan := time.Now()
+	unhold()
+	if err := kcp.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "pause-mid-pass"}}); err != nil {
+		t.Fatal(err)
+	}
+	others := slices.DeleteFunc(slices.Clone(live), func(m string) bool { return m == paused.victim })
+	views("while "+paused.victim+" is stopped", others...)
+	g.Eventually(func() string {
+		crt := &certmanagerv1.Certificate{}
+		if err := kcp.Client.Get(ctx, client.ObjectKey{Namespace: kymaNS, Name: certificates.Name(paused.runtime)}, crt); err != nil {
+			return err.Error()
+		}
+		return crt.Labels[shards.LabelOwner]
+	}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(gomega.BeElementOf(others), "another replica writes the Certificate of "+paused.runtime)
+	if err := replicas[paused.victim].Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s stopped mid-pass (writing the Certificate of %s) for %s; views with it again after %s", paused.victim, paused.runtime, time.Since(pauseBegan), views("after "+paused.victim+" resumed", live...))
+	t.Logf("after the pause: converged in %s", converge("after the pause", "v5"))
+
 	// Membership changes: the second and third replica joining, then kill,
-	// add, stop.
+	// add, stop, and the pause (out and back in).
 	shardaudit.Check(t, kcp.AuditLogPath, shardaudit.Options{
-		Group: vsmanager.ShardGroup, Lease: vsShardsLease, Runtimes: vsShardsRuntimes, MembershipChanges: 5,
+		Group: vsmanager.ShardGroup, Lease: vsShardsLease, Runtimes: vsShardsRuntimes, MembershipChanges: 7,
 		Runtime: func(e *shardaudit.Event) (string, bool) {
 			switch e.ObjectRef.Resource {
 			case "kymas":

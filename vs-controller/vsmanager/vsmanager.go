@@ -141,6 +141,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 			return nil, errors.New("shards need leader election: the cluster-wide work stays with one elected replica")
 		}
 		cfg = shards.WithUserAgent(cfg, o.ShardIdentity)
+		cfg.Wrap(shards.FenceTransport) // a pass's KCP writes, once its member is past its renew deadline: not sent
 	}
 	inKymaNS := map[string]cache.Config{o.KymaNamespace: {}}
 	// Least privilege (docs/security.md): of the Secrets in the Kyma
@@ -182,6 +183,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		c := runtimes.SKRClients()
 		c.Timeout = o.SKRTimeout
 		c.AllowInsecure = o.AllowInsecureSKR
+		if o.ShardIdentity != "" {
+			c.UserAgent = shards.UserAgent(c.UserAgent, o.ShardIdentity) // the SKRs' audit names the replica
+			c.WrapTransport = shards.FenceTransport
+		}
 		clients = c
 	}
 	var members *shards.Shards
