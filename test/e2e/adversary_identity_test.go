@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -124,22 +125,84 @@ var _ = Describe("A route that speaks for a runtime after ext-authz", Label("adv
 			Should(BeEmpty(), "the operator took an event a route said was %s's", n.RuntimeID)
 	})
 
-	It("refuses a tenant route that sets x-forwarded-client-cert and x-watcher-runtime-id to the sample runtime's", func(ctx SpecContext) {
+	It("refuses a tenant route that sets x-forwarded-client-cert to the sample runtime's, at a listener that pins SANs itself", func(ctx SpecContext) {
+		pe, ok := env.(e2e.PinningOperatorEnvironment)
+		Expect(ok).To(BeTrue(), "the environment cannot run a listener with SAN pinning")
+		const manager = "pinning-operator"
+		op, err := pe.StartPinningOperator(ctx, manager, manager)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) { Expect(op.Stop(ctx)).To(Succeed()) })
+		var taken []e2e.Event
+		takenAs := func(name string) func() []string {
+			return func() []string {
+				for {
+					select {
+					case ev := <-op.Events():
+						taken = append(taken, ev)
+						continue
+					default:
+					}
+					break
+				}
+				var ids []string
+				for _, ev := range taken {
+					if ev.Name == name {
+						ids = append(ids, ev.RuntimeID)
+					}
+				}
+				return ids
+			}
+		}
+
 		// The sample runtime's certificate is public: a route can put it
-		// into XFCC as the gateway would (a listener pinning SANs itself
-		// reads it; see listener's TestIdentitySignatureSANPinning).
+		// into XFCC as the gateway writes it.
 		sampleCert, err := env.IssueClientCert(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain}})
 		Expect(err).NotTo(HaveOccurred())
 		certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: sampleCert.Certificate[0]})
-		tenantRoute(ctx, "tenant-xfcc", "/tenant/xfcc", contract.EventPath(n.Manager), operatorHost(), 8082, map[string]string{
-			contract.HeaderXFCC:      extauthz.GatewayXFCC(certPEM, n.RuntimeID, []string{n.SKRDomain}),
-			contract.HeaderRuntimeID: n.RuntimeID, contract.HeaderSKRDomain: n.SKRDomain,
-		})
-		since := time.Now()
-		status, reason, body := postVia(ctx, forger, "/tenant/xfcc", probeEvent(n, "forged-xfcc-by-route"))
-		Expect(status).To(Equal(http.StatusForbidden), body)
-		Expect(reason).To(Equal(string(contract.ReasonSignatureInvalid)), body)
-		Consistently(func() []e2e.Event { return received.For(n.SKRNamespace, "forged-xfcc-by-route", since) }, quietPeriod).Should(BeEmpty())
+		path := contract.EventPath(manager)
+		exact := &istioapinetworking.StringMatch{MatchType: &istioapinetworking.StringMatch_Exact{Exact: path}}
+		dest := []*istioapinetworking.HTTPRouteDestination{{Destination: &istioapinetworking.Destination{
+			Host: manager + "." + n.KymaNamespace + ".svc.cluster.local", Port: &istioapinetworking.PortSelector{Number: 8082}}}}
+		vs := &istionetworkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "tenant-pinning", Namespace: tenantNS}}
+		vs.Spec.Gateways = []string{n.GatewayNS + "/kcp-gateway"}
+		vs.Spec.Hosts = []string{"*"}
+		vs.Spec.Http = []*istioapinetworking.HTTPRoute{
+			{ // with x-tenant-attack: XFCC set to the sample runtime's
+				Match: []*istioapinetworking.HTTPMatchRequest{{Uri: exact, Headers: map[string]*istioapinetworking.StringMatch{
+					"x-tenant-attack": {MatchType: &istioapinetworking.StringMatch_Exact{Exact: "1"}}}}},
+				// "%%": Envoy reads a route's header values as format
+				// strings (a lone "%" makes it reject the gateway's whole
+				// route configuration); "%%" is a literal "%".
+				Headers: &istioapinetworking.Headers{Request: &istioapinetworking.Headers_HeaderOperations{Set: map[string]string{
+					contract.HeaderXFCC: strings.ReplaceAll(extauthz.GatewayXFCC(certPEM, n.RuntimeID, []string{n.SKRDomain}), "%", "%%")}}},
+				Route: dest,
+			},
+			{Match: []*istioapinetworking.HTTPMatchRequest{{Uri: exact}}, Route: dest}, // as the gateway passes it
+		}
+		Eventually(func(ctx context.Context) error { return env.KCP().Create(ctx, vs) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(env.KCP().Delete(ctx, vs))).To(Succeed()) })
+
+		By("the route as the gateway passes it: the listener pins runtime-forger's certificate, the signature holds")
+		Eventually(func(ctx context.Context) []string {
+			status, _, _ := postVia(ctx, forger, path, probeEvent(n, "pinned-own"))
+			if status != http.StatusOK {
+				return nil
+			}
+			return takenAs("pinned-own")()
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(ContainElement("runtime-forger"), "pinning operator log: %s", op.Log())
+
+		By("the route that sets XFCC: the listener would pin the sample runtime, ext-authz signed runtime-forger")
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+path, bytes.NewReader(mustJSON(probeEvent(n, "forged-xfcc"))))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("x-tenant-attack", "1")
+		resp, err := env.HTTPClient(forger).Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		answer, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusForbidden), string(answer))
+		Expect(resp.Header.Get(contract.HeaderDenyReason)).To(Equal(string(contract.ReasonSignatureInvalid)), string(answer))
+		Consistently(takenAs("forged-xfcc"), quietPeriod).Should(BeEmpty(), "the pinning operator took an event a route said was %s's", n.RuntimeID)
 	})
 
 	It("refuses a health report a tenant route rewrites to the health path for the sample runtime", func(ctx SpecContext) {
@@ -175,6 +238,13 @@ func postVia(ctx context.Context, cert *tls.Certificate, path string, body any) 
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), string(answer)
+}
+
+func mustJSON(v any) []byte {
+	GinkgoHelper()
+	b, err := json.Marshal(v)
+	Expect(err).NotTo(HaveOccurred())
+	return b
 }
 
 // admissionOfVirtualServicesOff removes, until the spec's container ends,
