@@ -257,6 +257,9 @@ func admissionOfVirtualServicesOff(ctx context.Context) {
 	Expect(env.KCP().List(ctx, &policies)).To(Succeed())
 	var names []string
 	for _, p := range policies.Items {
+		if p.Spec.MatchConstraints == nil {
+			continue
+		}
 		for _, r := range p.Spec.MatchConstraints.ResourceRules {
 			if slices.Contains(r.Resources, "virtualservices") || slices.Contains(r.Resources, "*") {
 				names = append(names, p.Name)
