@@ -39,7 +39,7 @@ import (
 // routes off the gateway; these specs switch every policy on VirtualServices
 // off and prove that ext-authz's identity signature alone refuses them
 // (docs/security.md, "Routes cannot speak for a runtime").
-var _ = Describe("A route that speaks for a runtime after ext-authz", Label("adversary"), Ordered, func() {
+var _ = Describe("A route that speaks for a runtime after ext-authz", Label("adversary", "identity"), Ordered, func() {
 	const tenantNS = "tenant-adversary"
 	var (
 		n      sample
