@@ -126,7 +126,8 @@ FUZZTIME_SHORT ?= 100000x
 FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./identity/:FuzzIsDNS1123Subdomain \
 	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual \
 	./skr-webhook/:FuzzReadManagers ./listener/:FuzzDecodeWatchEvent ./listener/:FuzzLinkedTraceParent ./ext-authz/framelimit/:FuzzParser ./skrclient/:FuzzBounded \
-	./filewatch/:FuzzParseCABundle ./vs-controller/trust/:FuzzParseBundle ./api/contract/:FuzzParseHealthReport
+	./filewatch/:FuzzParseCABundle ./vs-controller/trust/:FuzzParseBundle ./api/contract/:FuzzParseHealthReport \
+	./identity/assertion/:FuzzParseHeader
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.

@@ -12,10 +12,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/filewatch"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
@@ -41,6 +43,8 @@ type options struct {
 	decisionLog   decisionlog.Options
 	dryRun        server.DryRun
 	otlpEndpoint  string
+	signingKey    string
+	keyGrace      time.Duration
 }
 
 // parseFlags parses and validates args (without the program name). -h and
@@ -71,6 +75,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v2/lifecycle-manager) whose Checks run in dry-run")
 	fs.StringVar(&o.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for Check spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing")
 
+	fs.StringVar(&o.signingKey, "identity-signing-key-file", "", "PEM Ed25519 private key (PKCS#8, cert-manager's tls.key) that signs the identity of every allow (header "+contract.HeaderIdentitySignature+", verified by the listeners and vs-controller's health port: docs/security.md \"Routes cannot speak for a runtime\"); reloaded when it changes; empty: no signature")
+	fs.DurationVar(&o.keyGrace, "identity-key-grace", assertion.DefaultGrace, "after --identity-signing-key-file changed, the old key signs this long more, so every verifier holds the new public key first (above kubelet's Secret volume delay)")
 	if err := o.Parse(fs, args); err != nil || o.Version {
 		return o, err
 	}
@@ -105,6 +111,7 @@ func (o *options) validate(fs *flag.FlagSet, dryRunPaths string) field.ErrorList
 		startup.DurationRange("check-timeout", o.checkTimeout, 10*time.Millisecond, 5*time.Minute),
 		startup.DurationRange("kyma-lost-after", o.kymaLostAfter, time.Nanosecond, time.Hour),
 		startup.DurationRange("ca-reload-interval", o.caInterval, time.Nanosecond, time.Hour),
+		startup.DurationRange("identity-key-grace", o.keyGrace, time.Nanosecond, time.Hour),
 		startup.IntRange("max-concurrent-streams", int(min(o.maxStreams, 1<<20)), 1, 4096),
 		startup.IntRange("max-connections", o.maxConns, 1, 4096),
 		startup.IntRange("max-total-streams", o.maxStreamsAll, 1, 4096),
@@ -140,6 +147,13 @@ func (o *options) validate(fs *flag.FlagSet, dryRunPaths string) field.ErrorList
 	if o.caFile != "" {
 		if _, err := filewatch.LoadCABundle(o.caFile, time.Now()); err != nil {
 			errs = append(errs, field.Invalid(startup.Flag("ca-file"), o.caFile, err.Error()))
+		}
+	}
+	if o.signingKey != "" {
+		if b, err := os.ReadFile(o.signingKey); err != nil {
+			errs = append(errs, field.Invalid(startup.Flag("identity-signing-key-file"), o.signingKey, err.Error()))
+		} else if _, err := assertion.ParseSigningKey(b); err != nil {
+			errs = append(errs, field.Invalid(startup.Flag("identity-signing-key-file"), o.signingKey, err.Error()))
 		}
 	}
 	return errs

@@ -49,6 +49,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
 	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/fipsmode"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 	"github.com/seed-c8be168e/runtime-watcher/identity/kymastore"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/startup"
@@ -95,6 +96,10 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	if a.caFile != nil {
 		// Not a component that can fail: a bad file keeps the CAs in use.
 		go func() { _ = a.caFile.Run(ctx) }()
+	}
+	if a.keyFile != nil {
+		// Likewise: a bad key file keeps the key in use.
+		go func() { _ = a.keyFile.Run(ctx) }()
 	}
 	go followReadiness(ctx, kymas, a, s.health, log)
 	log.Info("ext-authz started", "grpcAddr", lis.grpc.Addr().String(), "healthAddr", lis.health.Addr().String(),
@@ -163,6 +168,7 @@ type authorizer struct {
 	server      *server.Server
 	ready       atomic.Bool // Checks are answered (not 503) once true
 	caFile      *cafile.Watcher
+	keyFile     *filewatch.Watcher // --identity-signing-key-file
 	readiness   readiness
 	flushTraces func(grace time.Duration)
 }
@@ -198,6 +204,13 @@ func authorize(ctx context.Context, o *options, reg *prometheus.Registry, kymas 
 		return nil, err
 	}
 	cfg := server.Config{Log: decisions, DryRun: o.dryRun}
+	if o.signingKey != "" {
+		if cfg.Signer, a.keyFile, err = assertion.SignerFromFile(o.signingKey, o.keyGrace, log.WithName("identity-key")); err != nil {
+			return nil, fmt.Errorf("--identity-signing-key-file %s: %w", o.signingKey, err)
+		}
+	} else {
+		log.Info("no --identity-signing-key-file: allows carry no identity signature; listeners and vs-controller that verify it refuse them")
+	}
 	tp, err := tracing.Setup(ctx, tracing.Options{Endpoint: o.otlpEndpoint, Service: "ext-authz", Getenv: os.Getenv})
 	if err != nil {
 		return nil, err

@@ -23,6 +23,10 @@ func TestDependencies(t *testing.T) {
 		module + "/identity/xfcc":      true,
 		module + "/identity/pinning":   true,
 		module + "/identity/kymastore": true,
+		// The identity assertion's key files are reloaded (fsnotify,
+		// logr and the standard library).
+		module + "/identity/assertion": true,
+		module + "/filewatch":          true,
 		module + "/api/contract":       true,
 		module + "/api/v1beta2":        true,
 	}

@@ -32,6 +32,8 @@ func TestDependencies(t *testing.T) {
 		module + "/api/contract":               true,
 		module + "/identity":                   true,
 		module + "/identity/xfcc":              true,
+		// Verifying ext-authz's identity signature (WithIdentityKeyFile).
+		module + "/identity/assertion": true,
 		// The Watcher API types (Kyma's GVK), imported by identity; API types
 		// are kept light like the listener (docs/architecture.md §1) and their
 		// own dependencies pass through the same forbidden-prefix check.

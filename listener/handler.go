@@ -44,6 +44,9 @@ func (l *Listener) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 
 	runtimeID, rej := l.cfg.auth.authenticate(r)
+	if rej == nil {
+		rej = l.checkSignature(r, runtimeID)
+	}
 	if rej != nil {
 		l.log.V(1).Info("event refused", "status", rej.status, "reason", rej.reason, "message", rej.message)
 		return l.reject(w, rej)

@@ -63,6 +63,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/filewatch"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 )
 
 // Defaults of the options.
@@ -97,6 +98,10 @@ type Listener struct {
 	boundAddr  atomic.Value // string
 	stopped    chan struct{}
 	caWatcher  *filewatch.Watcher // WithClientCAFile
+	// signatures verifies ext-authz's identity signature, reloaded by
+	// keyWatcher (WithIdentityKeyFile); nil: not verified.
+	signatures *assertion.Verifier
+	keyWatcher *filewatch.Watcher
 	stopOnce   sync.Once
 
 	seen         *lastSeen
@@ -128,11 +133,15 @@ type config struct {
 	certFile       string
 	keyFile        string
 	caFile         string
-	netListener    net.Listener
-	needLeader     bool
-	owns           func(ctx context.Context, runtimeID string) bool // WithOwner
-	log            *logr.Logger
-	registerer     prometheus.Registerer
+	// identityKeyFile: WithIdentityKeyFile; noIdentitySignature:
+	// WithoutIdentitySignature.
+	identityKeyFile     string
+	noIdentitySignature bool
+	netListener         net.Listener
+	needLeader          bool
+	owns                func(ctx context.Context, runtimeID string) bool // WithOwner
+	log                 *logr.Logger
+	registerer          prometheus.Registerer
 
 	tracer trace.Tracer // WithTracerProvider
 
@@ -212,6 +221,20 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 	if c.log != nil {
 		log = *c.log
 	}
+	var signatures *assertion.Verifier
+	var keyWatcher *filewatch.Watcher
+	switch {
+	case c.identityKeyFile != "" && c.noIdentitySignature:
+		return nil, errors.New("listener: WithIdentityKeyFile and WithoutIdentitySignature are exclusive")
+	case c.identityKeyFile != "":
+		var err error
+		if signatures, keyWatcher, err = assertion.VerifierFromFile(c.identityKeyFile, log.WithName("identity-key-file")); err != nil {
+			return nil, fmt.Errorf("listener: identity key file: %w", err)
+		}
+	case !c.noIdentitySignature:
+		log.Info("the identity ext-authz asserts is not verified (no WithIdentityKeyFile): a route bound to the gateway could set it; see docs/security.md \"Routes cannot speak for a runtime\"",
+			"manager", managerName)
+	}
 	l := &Listener{
 		addr:       addr,
 		manager:    managerName,
@@ -222,8 +245,13 @@ func New(addr, managerName string, opts ...Option) (*Listener, error) {
 		log:        log.WithValues("manager", managerName),
 		stopped:    make(chan struct{}),
 		caWatcher:  caWatcher,
+		signatures: signatures,
+		keyWatcher: keyWatcher,
 	}
 	l.metrics = newMetrics(managerName, l.events)
+	if signatures != nil {
+		l.metrics.sigVerified.Set(1)
+	}
 	l.seen = newLastSeen(c.lastSeenLimit, c.lastSeenRetention, c.now, l.metrics.evicted)
 	labels := prometheus.Labels{"manager": managerName}
 	if err := l.metrics.register(managerName, c.registerer, newLastSeenCollector(l.seen, labels)); err != nil {
@@ -298,6 +326,9 @@ func (l *Listener) Start(ctx context.Context) error {
 	if l.caWatcher != nil {
 		go func() { _ = l.caWatcher.Run(ctx) }()
 	}
+	if l.keyWatcher != nil {
+		go func() { _ = l.keyWatcher.Run(ctx) }()
+	}
 	ln := l.cfg.netListener
 	if ln == nil {
 		var err error
@@ -322,7 +353,8 @@ func (l *Listener) Start(ctx context.Context) error {
 	if !l.consumerMode.Load() {
 		l.metrics.consumerRunning.Set(1) // the earlier API: serving is consuming
 	}
-	l.log.Info("serving SKR events", "consumerGate", l.consumerMode.Load(), "address", ln.Addr().String(), "path", l.path, "tls", tlsConfig != nil, "identity", l.cfg.auth.mode())
+	l.log.Info("serving SKR events", "consumerGate", l.consumerMode.Load(), "address", ln.Addr().String(), "path", l.path, "tls", tlsConfig != nil, "identity", l.cfg.auth.mode(),
+		"identitySignature", l.signatures != nil)
 
 	var err error
 	select {

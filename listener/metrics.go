@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 )
 
 // Metric names. Every metric carries the constant label manager.
@@ -33,6 +34,14 @@ const (
 	// MetricNotOwnerRefused counts events answered 503 because another
 	// replica owns their runtime (WithOwner).
 	MetricNotOwnerRefused = "runtime_watcher_listener_not_owner_refused_total"
+	// MetricSignatureRefused counts requests refused because ext-authz's
+	// identity signature was missing, malformed, expired, made with an
+	// unknown key or not over this request (WithIdentityKeyFile), by
+	// reason.
+	MetricSignatureRefused = "runtime_watcher_listener_identity_signature_refused_total"
+	// MetricSignatureVerified is 1 when the listener verifies the identity
+	// signature (WithIdentityKeyFile), else 0.
+	MetricSignatureVerified = "runtime_watcher_listener_identity_signature_verified"
 )
 
 // otherResync is the reason label value of MetricResyncs for a reason this
@@ -58,6 +67,8 @@ type metrics struct {
 	consumerRunning prometheus.Gauge
 	noConsumer      prometheus.Counter
 	notOwner        prometheus.Counter
+	sigRefused      map[contract.DenyReason]prometheus.Counter
+	sigVerified     prometheus.Gauge
 
 	collectors []prometheus.Collector
 }
@@ -95,6 +106,16 @@ func newMetrics(managerName string, events chan event.GenericEvent) *metrics {
 	for _, r := range contract.ResyncReasons {
 		m.resyncs.WithLabelValues(string(r))
 	}
+	sigRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricSignatureRefused, Help: "Requests refused because the identity signature of ext-authz did not verify, by reason.", ConstLabels: labels,
+	}, []string{"reason"})
+	m.sigRefused = make(map[contract.DenyReason]prometheus.Counter, len(assertion.Reasons))
+	for _, r := range assertion.Reasons {
+		m.sigRefused[r] = sigRefused.WithLabelValues(string(r))
+	}
+	m.sigVerified = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricSignatureVerified, Help: "1 when the listener verifies the identity signature of ext-authz, else 0.", ConstLabels: labels,
+	})
 	m.resyncs.WithLabelValues(otherResync)
 	for _, c := range knownCodes {
 		m.byCode[c] = m.requests.WithLabelValues(strconv.Itoa(c))
@@ -105,7 +126,7 @@ func newMetrics(managerName string, events chan event.GenericEvent) *metrics {
 	capacity := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: MetricBufferCapacity, Help: "Capacity of the listener's event buffer.", ConstLabels: labels,
 	}, func() float64 { return float64(cap(events)) })
-	m.collectors = []prometheus.Collector{m.requests, m.delivered, depth, capacity, m.resyncs, m.heartbeats, m.evicted, m.consumerRunning, m.noConsumer, m.notOwner}
+	m.collectors = []prometheus.Collector{m.requests, m.delivered, depth, capacity, m.resyncs, m.heartbeats, m.evicted, m.consumerRunning, m.noConsumer, m.notOwner, sigRefused, m.sigVerified}
 	return m
 }
 
@@ -140,4 +161,11 @@ func (m *metrics) resync(reason string) {
 		return
 	}
 	m.resyncs.WithLabelValues(otherResync).Inc()
+}
+
+// signatureRefused counts a refused identity signature.
+func (m *metrics) signatureRefused(r contract.DenyReason) {
+	if c, ok := m.sigRefused[r]; ok {
+		c.Inc()
+	}
 }

@@ -52,6 +52,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.Int64Var(&c.servicePort, "service-port", 8082, "Watchers' serviceInfo: the Service's port")
 	fs.StringVar(&c.selector, "gateway-selector", "operator.kyma-project.io/watcher-gateway=default", "Watchers' gateway label selector: key=value[,…]")
 	fs.StringVar(&c.o.Identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
+	fs.StringVar(&c.o.IdentityKeyFile, "identity-key-file", "", "verify ext-authz's identity signature against the Ed25519 public keys of this PEM file (the tls.crt of the signing Certificate; reloaded when it changes); empty: the identity headers are trusted as the gateway passes them")
 	fs.StringVar(&c.o.CAFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to the CAs of this PEM file (reloaded when it changes)")
 	fs.StringVar(&c.o.TLSCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&c.o.TLSKeyFile, "tls-key-file", "", "key of --tls-cert-file")

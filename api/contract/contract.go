@@ -76,6 +76,12 @@ const (
 	HeaderSKRDomain = "x-watcher-skr-domain"
 	// HeaderDenyReason carries the DenyReason on a 403 from ext-authz.
 	HeaderDenyReason = "x-watcher-deny-reason"
+	// HeaderIdentitySignature is set by ext-authz on allow when it has a
+	// signing key: its signature over the runtime ID, the SKR domain, the
+	// method, the path and the time (package identity/assertion), so that
+	// a listener or vs-controller's health port can tell ext-authz's
+	// identity from one a route set after it.
+	HeaderIdentitySignature = "x-watcher-identity-signature"
 )
 
 // Kyma CR keys used for SAN pinning.
@@ -116,6 +122,18 @@ const (
 	ReasonTooManySANs         DenyReason = "too-many-sans"
 	ReasonCertificateMismatch DenyReason = "certificate-mismatch"
 	ReasonNotReady            DenyReason = "not-ready"
+
+	// Refusals of the identity signature (HeaderIdentitySignature) by a
+	// listener or vs-controller's health port: none on the request, not
+	// one this version parses, older than its validity (or too far in the
+	// future), made with a key the verifier does not hold, or not over
+	// this request's identity, method and path (a route set an identity
+	// header or rewrote the path after ext-authz).
+	ReasonSignatureMissing    DenyReason = "identity-signature-missing"
+	ReasonSignatureMalformed  DenyReason = "identity-signature-malformed"
+	ReasonSignatureExpired    DenyReason = "identity-signature-expired"
+	ReasonSignatureUnknownKey DenyReason = "identity-signature-unknown-key"
+	ReasonSignatureInvalid    DenyReason = "identity-signature-invalid"
 )
 
 // DenyBody is the JSON body of a deny response: {"reason": ..., "message": ...}.

@@ -5,8 +5,11 @@
 // Verifier and answers:
 //
 //   - allow: status OK, OkHttpResponse setting x-watcher-runtime-id and
-//     x-watcher-skr-domain with append_action OVERWRITE_IF_EXISTS_OR_ADD and
-//     removing any other client-sent x-watcher-* header;
+//     x-watcher-skr-domain (and, with a Config.Signer, the identity
+//     signature x-watcher-identity-signature over them, the method, the path
+//     and the time: package identity/assertion) with append_action
+//     OVERWRITE_IF_EXISTS_OR_ADD and removing any other client-sent
+//     x-watcher-* header;
 //   - deny: status PERMISSION_DENIED, DeniedHttpResponse 403 with header
 //     x-watcher-deny-reason and a JSON body {"reason","message"};
 //   - not ready (cache not synced) or a failed lookup: status UNAVAILABLE
@@ -38,6 +41,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/tracing"
 )
@@ -133,6 +137,11 @@ type Config struct {
 	// W3C traceparent) with the decision, reason, runtime and mode. Nil: no
 	// span and no traceparent parsing on the Check path.
 	Tracer trace.Tracer
+	// Signer, when set, signs the identity of every allow
+	// (contract.HeaderIdentitySignature) for the listeners and
+	// vs-controller's health port to verify (docs/security.md, "Routes
+	// cannot speak for a runtime"). Nil: no signature.
+	Signer *assertion.Signer
 }
 
 // Server implements authv3.AuthorizationServer.
@@ -185,7 +194,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	var resp *authv3.CheckResponse
 	switch {
 	case d.result == ResultAllow:
-		resp = allowed(d.id, httpReq)
+		resp = allowed(d.id, httpReq, s.sign(d.id, httpReq))
 	case dry:
 		resp = dryRunAllowed(httpReq)
 	case d.result == ResultDeny:
@@ -289,6 +298,17 @@ func headerValue(r *authv3.AttributeContext_HttpRequest, name string) (string, b
 	return strings.Join(vals, ","), len(vals) > 0
 }
 
+// sign is the identity signature of an allow ("" without a Signer): over
+// the identity and the method and path as Envoy gave them to ext-authz, so
+// a route that rewrites the path or sets an identity header after
+// ext_authz invalidates it.
+func (s *Server) sign(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) string {
+	if s.cfg.Signer == nil {
+		return ""
+	}
+	return s.cfg.Signer.Sign(assertion.Claims{RuntimeID: id.RuntimeID, SKRDomain: id.SKRDomain, Method: r.GetMethod(), Path: r.GetPath()})
+}
+
 // allowResponse is an allow answer in one allocation: the response and
 // every message it points to (nine allocations when built field by field;
 // this is the path every event takes).
@@ -297,23 +317,30 @@ type allowResponse struct {
 	status  rpcstatus.Status
 	oneof   authv3.CheckResponse_OkResponse
 	ok      authv3.OkHttpResponse
-	options [2]corev3.HeaderValueOption
-	headers [2]corev3.HeaderValue
-	list    [2]*corev3.HeaderValueOption
+	options [3]corev3.HeaderValueOption
+	headers [3]corev3.HeaderValue
+	list    [3]*corev3.HeaderValueOption
 }
 
-func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) *authv3.CheckResponse {
+// allowed answers an allow of id; signature, when not "", is set as the
+// identity signature header.
+func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest, signature string) *authv3.CheckResponse {
 	a := new(allowResponse)
 	a.status.Code = int32(codes.OK)
 	a.headers[0].Key, a.headers[0].Value = contract.HeaderRuntimeID, id.RuntimeID
 	a.headers[1].Key, a.headers[1].Value = contract.HeaderSKRDomain, id.SKRDomain
-	for i := range a.options {
+	n := 2
+	if signature != "" {
+		a.headers[2].Key, a.headers[2].Value = contract.HeaderIdentitySignature, signature
+		n = 3
+	}
+	for i := range n {
 		a.options[i].Header = &a.headers[i]
 		a.options[i].AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 		a.list[i] = &a.options[i]
 	}
-	a.ok.Headers = a.list[:]
-	a.ok.HeadersToRemove = clientIdentityHeaders(r, true)
+	a.ok.Headers = a.list[:n]
+	a.ok.HeadersToRemove = clientIdentityHeaders(r, true, signature != "")
 	a.oneof.OkResponse = &a.ok
 	a.resp.Status = &a.status
 	a.resp.HttpResponse = &a.oneof
@@ -322,14 +349,16 @@ func allowed(id pinning.Identity, r *authv3.AttributeContext_HttpRequest) *authv
 
 // clientIdentityHeaders lists (lowercase) every x-watcher-* header the
 // client sent, for Envoy to remove; but the two an allow overwrites when
-// overwritten is true.
-func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest, overwritten bool) []string {
+// allow is true, and the signature header when signed is true too.
+func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest, allow, signed bool) []string {
 	var remove []string
 	add := func(k string) {
 		if len(k) < len(identityHeaderPrefix) || !strings.EqualFold(k[:len(identityHeaderPrefix)], identityHeaderPrefix) {
 			return
 		}
-		if lk := strings.ToLower(k); !overwritten || lk != contract.HeaderRuntimeID && lk != contract.HeaderSKRDomain {
+		lk := strings.ToLower(k)
+		overwritten := allow && (lk == contract.HeaderRuntimeID || lk == contract.HeaderSKRDomain || signed && lk == contract.HeaderIdentitySignature)
+		if !overwritten {
 			remove = append(remove, lk)
 		}
 	}
@@ -348,7 +377,7 @@ func clientIdentityHeaders(r *authv3.AttributeContext_HttpRequest, overwritten b
 func dryRunAllowed(r *authv3.AttributeContext_HttpRequest) *authv3.CheckResponse {
 	return &authv3.CheckResponse{
 		Status:       &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{HeadersToRemove: clientIdentityHeaders(r, false)}},
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{HeadersToRemove: clientIdentityHeaders(r, false, false)}},
 	}
 }
 

@@ -16,7 +16,8 @@
 // Identity (--identity): "header" (default) expects the gateway's ext-authz
 // in front (x-watcher-runtime-id); "san-pinning" verifies the gateway's
 // x-forwarded-client-cert in process against the Kyma CRs in
-// --kyma-namespace (optionally requiring a chain to --ca-file).
+// --kyma-namespace (optionally requiring a chain to --ca-file). With
+// --identity-key-file either also verifies ext-authz's identity signature.
 package main
 
 import (
@@ -74,7 +75,7 @@ type options struct {
 	startup.Common
 	listenAddr, manager, kymaNamespace string
 	metricsAddr, healthAddr            string
-	identity, caFile                   string
+	identity, caFile, identityKeyFile  string
 	tlsCertFile, tlsKeyFile            string
 	print                              string
 	leaderElect                        bool
@@ -107,6 +108,7 @@ func parseOptions(args []string, errOut io.Writer) (*options, error) {
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: --kyma-namespace)")
 	fs.StringVar(&o.identity, "identity", "header", "how the sender is identified: header (behind ext-authz) or san-pinning (XFCC from the gateway)")
 	fs.StringVar(&o.caFile, "ca-file", "", "with --identity=san-pinning: client certificates must chain to the CAs of this PEM file (reloaded when it changes)")
+	fs.StringVar(&o.identityKeyFile, "identity-key-file", "", "verify ext-authz's identity signature against the Ed25519 public keys of this PEM file (the tls.crt of the signing Certificate; reloaded when it changes); empty: the identity headers are trusted as the gateway passes them (Kyma's gateway sends no signature)")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "serve the event endpoint with TLS using this certificate (with --tls-key-file)")
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "key of --tls-cert-file")
 	fs.StringVar(&o.print, "print", "text", "stdout format of the per-event line: text (for people) or json (one object per line, read by `make run` and the e2e suite)")
@@ -177,6 +179,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	default: // parseOptions accepts no other
 		return fmt.Errorf("--identity must be header or san-pinning, not %q", o.identity)
+	}
+	if o.identityKeyFile != "" {
+		lopts = append(lopts, listener.WithIdentityKeyFile(o.identityKeyFile))
 	}
 	if o.tlsCertFile != "" {
 		lopts = append(lopts, listener.WithTLSFiles(o.tlsCertFile, o.tlsKeyFile))

@@ -100,8 +100,11 @@ type Options struct {
 	Manager    string
 	// Identity: "header" (behind ext-authz) or "san-pinning" (with CAFile
 	// optional); TLSCertFile/TLSKeyFile serve the endpoint with TLS.
-	Identity                string
-	CAFile                  string
+	Identity string
+	CAFile   string
+	// IdentityKeyFile, when set, makes the listener verify ext-authz's
+	// identity signature against its keys (listener.WithIdentityKeyFile).
+	IdentityKeyFile         string
 	TLSCertFile, TLSKeyFile string
 
 	// ModuleResources are the SKR resources that are Module CRs.
@@ -403,6 +406,9 @@ func newListener(mgr manager.Manager, o Options, members *shards.Shards) (*liste
 		}
 	default:
 		return nil, fmt.Errorf("--identity must be header or san-pinning, not %q", o.Identity)
+	}
+	if o.IdentityKeyFile != "" {
+		lopts = append(lopts, listener.WithIdentityKeyFile(o.IdentityKeyFile))
 	}
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		return nil, errors.New("--tls-cert-file and --tls-key-file go together")

@@ -188,6 +188,25 @@ type KymaListenerEnvironment interface {
 	ManagersFileEnvironment
 }
 
+// PinningOperatorEnvironment is an Environment that can run a second
+// example operator whose listener pins SANs itself (identity mode b, the
+// x-forwarded-client-cert header) and verifies ext-authz's identity
+// signature.
+type PinningOperatorEnvironment interface {
+	// StartPinningOperator starts it for manager's events as the
+	// in-cluster Service service (namespace Names().KymaNamespace, port
+	// 8082).
+	StartPinningOperator(ctx context.Context, manager, service string) (PinningOperator, error)
+}
+
+// PinningOperator is a running operator of a PinningOperatorEnvironment.
+type PinningOperator interface {
+	// Events is every event it took, in order.
+	Events() <-chan Event
+	Log() string
+	Stop(ctx context.Context) error
+}
+
 // ManagersFileEnvironment is an Environment whose skr-webhook's managers
 // file a spec updates itself (the local one: the file is written once, for
 // the sample Watcher; a cluster's kubelet keeps a mounted ConfigMap

@@ -232,6 +232,31 @@ func (i localIstio) SetExtAuthzUp(ctx context.Context, up bool) error {
 	return i.sys.SetExtAuthzUp(ctx, up)
 }
 
+// StartPinningOperator runs a second example operator with SAN pinning
+// (localenv.System.StartPinningOperator).
+func (e *localEnvironment) StartPinningOperator(ctx context.Context, manager, service string) (PinningOperator, error) {
+	op, err := e.sys.StartPinningOperator(ctx, manager, service)
+	if err != nil {
+		return nil, err
+	}
+	p := &localPinningOperator{op: op, events: make(chan Event, 4096)}
+	go func() {
+		for ev := range op.Events {
+			p.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind, Resync: ev.Resync}
+		}
+	}()
+	return p, nil
+}
+
+type localPinningOperator struct {
+	op     *localenv.PinningOperator
+	events chan Event
+}
+
+func (p *localPinningOperator) Events() <-chan Event           { return p.events }
+func (p *localPinningOperator) Log() string                    { return p.op.Log() }
+func (p *localPinningOperator) Stop(ctx context.Context) error { return p.op.Stop(ctx) }
+
 // StartKymaOperator runs test/tools/kymalistener in the local environment
 // (localenv.System.StartKymaOperator).
 func (e *localEnvironment) StartKymaOperator(ctx context.Context, manager, service string) (KymaOperator, error) {

@@ -53,9 +53,7 @@ type KymaOperator struct {
 	Service string
 	// Events carries every event it received, in order.
 	Events <-chan KymaEvent
-	sys    *System
-	proc   *process
-	entry  client.Object
+	serviceOperator
 }
 
 // StartKymaOperator builds and starts the operator on Kyma's listener for
@@ -75,18 +73,38 @@ func (s *System) StartKymaOperator(ctx context.Context, manager, service string)
 	pr, pw := io.Pipe()
 	events := make(chan KymaEvent, 4096)
 	go readKymaEvents(pr, events)
-	p, err := s.start("kyma-listener-"+manager, binary, pw, nil,
+	so, err := s.startServiceOperator(ctx, "kyma-listener-"+manager, binary, pw, health, service, KymaOperatorPort, listen,
 		"--listen-addr", listen, "--manager", manager, "--health-addr", health, "--print", "--log")
 	if err != nil {
-		_ = pw.Close()
 		return nil, err
 	}
-	op := &KymaOperator{Service: service, Events: events, sys: s, proc: p}
+	s.step("operator on Kyma's listener v1.4.3 listening on %s for POST /v2/%s/event (Service %s)", listen, manager, service)
+	return &KymaOperator{Service: service, Events: events, serviceOperator: *so}, nil
+}
+
+// serviceOperator is an operator process started on demand and the
+// ServiceEntry through which istiod routes the Service to it.
+type serviceOperator struct {
+	sys   *System
+	proc  *process
+	entry client.Object
+}
+
+// startServiceOperator starts binary as name with args, its stdout to
+// stdout (closed when it ends), waits until http://health/readyz answers
+// and registers listen as the in-cluster Service service on port.
+func (s *System) startServiceOperator(ctx context.Context, name, binary string, stdout io.WriteCloser, health, service string, port uint32, listen string, args ...string) (*serviceOperator, error) {
+	p, err := s.start(name, binary, stdout, nil, args...)
+	if err != nil {
+		_ = stdout.Close()
+		return nil, err
+	}
+	op := &serviceOperator{sys: s, proc: p}
 	if err := p.waitReady(ctx, "http://"+health+"/readyz", time.Minute); err != nil {
 		_ = op.Stop(ctx)
 		return nil, err
 	}
-	se, err := LocalService{Name: service, Namespace: KymaNamespace, Port: KymaOperatorPort, Protocol: "HTTP", Addr: listen}.serviceEntry()
+	se, err := LocalService{Name: service, Namespace: KymaNamespace, Port: port, Protocol: "HTTP", Addr: listen}.serviceEntry()
 	if err != nil {
 		_ = op.Stop(ctx)
 		return nil, err
@@ -96,12 +114,11 @@ func (s *System) StartKymaOperator(ctx context.Context, manager, service string)
 		return nil, fmt.Errorf("ServiceEntry %s: %w", service, err)
 	}
 	op.entry = se
-	s.step("operator on Kyma's listener v1.4.3 listening on %s for POST /v2/%s/event (Service %s)", listen, manager, service)
 	return op, nil
 }
 
 // Stop stops the operator and removes its ServiceEntry.
-func (o *KymaOperator) Stop(ctx context.Context) error {
+func (o *serviceOperator) Stop(ctx context.Context) error {
 	var errs []error
 	if o.entry != nil {
 		errs = append(errs, client.IgnoreNotFound(o.sys.KCP.Client.Delete(ctx, o.entry)))
@@ -111,7 +128,7 @@ func (o *KymaOperator) Stop(ctx context.Context) error {
 }
 
 // Log is the path of its log (Kyma's listener logs to it).
-func (o *KymaOperator) Log() string { return o.proc.log }
+func (o *serviceOperator) Log() string { return o.proc.log }
 
 func readKymaEvents(r io.Reader, out chan<- KymaEvent) {
 	defer close(out)

@@ -35,6 +35,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
@@ -270,10 +271,27 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"
 
+	// ext-authz signs with the key of the identity signing Certificate,
+	// every listener and vs-controller's health port verify with its
+	// tls.crt: the Secret's keys in files, as the pods mount it.
+	if err := s.mirrorSecret(ctx, runCtx, s.IdentityKeyDir(), func(c context.Context) (*corev1.Secret, error) {
+		var sec corev1.Secret
+		err := s.KCP.Client.Get(c, client.ObjectKey{Namespace: KymaNamespace, Name: IdentitySigningName}, &sec)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return &sec, err
+	}, fmt.Sprintf("Secret %s/%s (cert-manager log: %s)", KymaNamespace, IdentitySigningName, filepath.Join(s.Dir, "logs", "cert-manager.log"))); err != nil {
+		return s, err
+	}
+	identityKeySet := filepath.Join(s.IdentityKeyDir(), "tls.crt")
+	s.step("cert-manager issued the identity signing key %s/%s (Ed25519)", KymaNamespace, IdentitySigningName)
+
 	// Every binary is configured by flags only (--kubeconfig for the KCP).
 	s.authz = extAuthzProcess{binary: binaries["ext-authz"], health: authzHealth, args: []string{
 		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-probe-bind-address", authzHealth,
-		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace}}
+		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace,
+		"--identity-signing-key-file", filepath.Join(s.IdentityKeyDir(), "tls.key")}}
 	if o.LogAllChecks {
 		s.authz.args = append(s.authz.args, "--decision-log-allow-sample-rate", "1", "--decision-log-max-lines-per-second", "10000")
 	}
@@ -297,7 +315,8 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		s.goRun(func() error { return readEvents(pr, events) })
 		name := "example-operator"
 		args := []string{"--kubeconfig", s.KCP.KubeconfigPath, "--listen-addr", op.Listen, "--manager", Manager, "--kyma-namespace", KymaNamespace,
-			"--health-probe-bind-address", op.Health, "--metrics-bind-address", op.Metrics, "--print", "json"}
+			"--health-probe-bind-address", op.Health, "--metrics-bind-address", op.Metrics, "--print", "json",
+			"--identity-key-file", identityKeySet}
 		if replicas > 1 {
 			name = fmt.Sprintf("example-operator-%d", i)
 			args = append(args, "--leader-elect")
@@ -323,7 +342,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	}
 	s.step("example operator listening on %s for POST %s", opListen, contract.EventPath(Manager))
 
-	if err := s.startModuleSync(ctx, binaries, msListen, msHealth, msMetrics, mmHealth); err != nil {
+	if err := s.startModuleSync(ctx, binaries, identityKeySet, msListen, msHealth, msMetrics, mmHealth); err != nil {
 		return s, err
 	}
 
@@ -342,7 +361,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.vsArgs = []string{
 		"--kubeconfig", s.KCP.KubeconfigPath,
 		"--metrics-bind-address", vsMetrics, "--health-probe-bind-address", vsHealth,
-		"--health-report-bind-address", vsHealthReports,
+		"--health-report-bind-address", vsHealthReports, "--identity-key-file", identityKeySet,
 		"--kyma-namespace", KymaNamespace, "--gateway-namespace", GatewayNamespace, "--skr-namespace", SKRNamespace,
 		"--issuer-name", IssuerName, "--issuer-kind", "Issuer",
 		"--kcp-gateway-host", s.GatewayAddr,
@@ -548,13 +567,19 @@ func SampleWatcher() *v1beta2.Watcher {
 // (ourWebhookSecret) and keeps its keys in files, as the kubelet keeps a
 // mounted Secret.
 func (s *System) mirrorWebhookSecret(ctx, runCtx context.Context) error {
-	return s.mirrorSecret(ctx, runCtx, s.certDir, s.ourWebhookSecret)
+	return s.mirrorSecret(ctx, runCtx, s.certDir, s.ourWebhookSecret,
+		fmt.Sprintf("Secret %s/%s in the SKR (vs-controller log: %s)", SKRNamespace, bundle.SecretName, filepath.Join(s.Dir, "logs", "vs-controller.log")))
 }
+
+// IdentityKeyDir holds the identity signing Secret's keys: tls.key
+// (ext-authz's --identity-signing-key-file) and tls.crt (the verifiers'
+// --identity-key-file).
+func (s *System) IdentityKeyDir() string { return filepath.Join(s.Dir, "identity-signing") }
 
 // mirrorSecret waits for the Secret get returns (nil: not there yet) and
 // keeps its keys ca.crt, tls.crt and tls.key in files in dir until runCtx
-// ends.
-func (s *System) mirrorSecret(ctx, runCtx context.Context, dir string, get func(context.Context) (*corev1.Secret, error)) error {
+// ends; what names the Secret in the error.
+func (s *System) mirrorSecret(ctx, runCtx context.Context, dir string, get func(context.Context) (*corev1.Secret, error), what string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -586,7 +611,7 @@ func (s *System) mirrorSecret(ctx, runCtx context.Context, dir string, get func(
 	deadline, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := poll(deadline, 100*time.Millisecond, sync); err != nil {
-		return fmt.Errorf("waiting for Secret %s/%s in the SKR (vs-controller log: %s): %w", SKRNamespace, bundle.SecretName, filepath.Join(s.Dir, "logs", "vs-controller.log"), err)
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	s.goRun(func() error {
 		_ = poll(runCtx, 250*time.Millisecond, func(c context.Context) (bool, error) {

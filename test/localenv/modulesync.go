@@ -164,7 +164,7 @@ func (s *System) installSampleCRD(ctx context.Context) error {
 
 // startModuleSync starts module-sync (listening on listen) and the example
 // module manager.
-func (s *System) startModuleSync(ctx context.Context, binaries map[string]string, listen, health, metrics, mmHealth string) error {
+func (s *System) startModuleSync(ctx context.Context, binaries map[string]string, identityKeySet, listen, health, metrics, mmHealth string) error {
 	writers, err := s.platformWriters(ctx)
 	if err != nil {
 		return err
@@ -175,7 +175,7 @@ func (s *System) startModuleSync(ctx context.Context, binaries map[string]string
 		"--kyma-namespace", KymaNamespace, "--manager", ModuleSyncManager,
 		"--module-resources", SampleModule + "=" + SampleGVR.Group + "/" + SampleGVR.Version + "/" + SampleGVR.Resource,
 		"--service-name", ModuleSyncService, "--service-port", fmt.Sprint(ModuleSyncPort),
-		"--drift-interval", DriftInterval.String(), "--mirror-interval", "1m"}
+		"--drift-interval", DriftInterval.String(), "--mirror-interval", "1m", "--identity-key-file", identityKeySet}
 	s.msListen, s.msHealth, s.msMetrics = listen, health, metrics
 	p, err := s.start("module-sync", s.msBinary, nil, nil, append(slices.Clone(s.msArgs),
 		"--listen-addr", listen, "--health-probe-bind-address", health, "--metrics-bind-address", metrics)...)

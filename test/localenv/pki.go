@@ -36,6 +36,10 @@ const (
 	// a runtime certificate is re-issued every LeafDuration-LeafRenewBefore.
 	LeafDuration    = 2 * time.Minute
 	LeafRenewBefore = 80 * time.Second
+	// IdentitySigningName is the Certificate and Secret in KymaNamespace of
+	// ext-authz's identity signing key (tls.key; tls.crt is the verifiers'
+	// key set).
+	IdentitySigningName = "runtime-watcher-identity-signing"
 )
 
 // pkiObjects is a self-signed Issuer -> CA Certificate (new key at every
@@ -64,6 +68,18 @@ func pkiObjects() []client.Object {
 				Spec: certmanagerv1.IssuerSpec{IssuerConfig: certmanagerv1.IssuerConfig{CA: &certmanagerv1.CAIssuer{SecretName: ca.name}}}},
 		)
 	}
+	// ext-authz's identity signing key, as manifests/kcp/base/pki.yaml:
+	// Ed25519, self-signed (the certificate only carries the public key to
+	// the verifiers), a new key at every renewal.
+	objs = append(objs, &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: KymaNamespace, Name: IdentitySigningName},
+		Spec: certmanagerv1.CertificateSpec{
+			CommonName: IdentitySigningName, SecretName: IdentitySigningName,
+			Duration: &metav1.Duration{Duration: CADuration}, RenewBefore: &metav1.Duration{Duration: CARenewBefore},
+			PrivateKey: &certmanagerv1.CertificatePrivateKey{RotationPolicy: certmanagerv1.RotationPolicyAlways,
+				Algorithm: certmanagerv1.Ed25519KeyAlgorithm},
+			Usages:    []certmanagerv1.KeyUsage{certmanagerv1.UsageDigitalSignature},
+			IssuerRef: cmmeta.IssuerReference{Group: "cert-manager.io", Kind: "Issuer", Name: "runtime-watcher-selfsigned"},
+		}})
 	objs = append(objs, &certmanagerv1.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: GatewayNamespace, Name: GatewayTLSSecret},
 		Spec: certmanagerv1.CertificateSpec{
 			SecretName: GatewayTLSSecret, DNSNames: []string{GatewayHost},

@@ -67,7 +67,7 @@ func (s *System) AddRuntime(ctx context.Context, id, domain string, webhookArgs 
 			return nil, nil
 		}
 		return sec, err
-	}); err != nil {
+	}, fmt.Sprintf("Secret %s/%s in the SKR (vs-controller log: %s)", SKRNamespace, bundle.SecretName, filepath.Join(s.Dir, "logs", "vs-controller.log"))); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", id, err)
 	}
 	ports, err := s.ports.reserve(3)

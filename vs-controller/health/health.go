@@ -33,6 +33,7 @@ package health
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -41,6 +42,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 )
 
 // Cause names why a runtime's watch path is broken: the "cause" label of
@@ -120,6 +122,10 @@ type Tracker struct {
 	clock clock.PassiveClock
 	max   int
 
+	// signatures, when set, verifies ext-authz's identity signature of
+	// every report (VerifyIdentity).
+	signatures *assertion.Verifier
+
 	mu     sync.Mutex
 	last   map[string]seen
 	resync map[string]bool // runtimes whose next report is answered "resync"
@@ -133,6 +139,14 @@ func NewTracker(c clock.PassiveClock, max int) *Tracker {
 	}
 	return &Tracker{clock: c, max: max, last: map[string]seen{}, resync: map[string]bool{}}
 }
+
+// VerifyIdentity makes the Handler take a report only with ext-authz's
+// identity signature over its runtime, SKR domain, method and path (package
+// identity/assertion): a route bound to the gateway that sets
+// x-watcher-runtime-id, or rewrites another path to the health path, cannot
+// report for a runtime (docs/security.md, "Routes cannot speak for a
+// runtime"). Call it before serving.
+func (t *Tracker) VerifyIdentity(v *assertion.Verifier) { t.signatures = v }
 
 // Observe records a report of runtime id now; ok is false when the tracker
 // is full; resync is true once after RequestResync(id).
@@ -223,6 +237,12 @@ func (t *Tracker) Handler(evaluates func(runtimeID string) bool) http.Handler {
 			http.Error(w, "no runtime identity from the gateway", http.StatusUnauthorized)
 			return
 		}
+		if t.signatures != nil {
+			if _, err := t.signatures.VerifyRequest(r); err != nil {
+				refuseSignature(w, err)
+				return
+			}
+		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, contract.MaxHealthReportBytes+1))
 		if err != nil {
 			reports.WithLabelValues("bad-request").Inc()
@@ -259,6 +279,23 @@ func (t *Tracker) Handler(evaluates func(runtimeID string) bool) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(contract.HealthAnswer{Resync: true})
 	})
+}
+
+// refuseSignature answers a report whose identity signature did not
+// verify: 401 without one, else 403, the reason as deny reason header and
+// report result.
+func refuseSignature(w http.ResponseWriter, err error) {
+	reason, status := contract.ReasonSignatureInvalid, http.StatusForbidden
+	var ref *assertion.Refusal
+	if errors.As(err, &ref) {
+		reason = ref.Reason
+	}
+	if reason == contract.ReasonSignatureMissing {
+		status = http.StatusUnauthorized
+	}
+	reports.WithLabelValues(string(reason)).Inc()
+	w.Header().Set(contract.HeaderDenyReason, string(reason))
+	http.Error(w, err.Error(), status)
 }
 
 // Server serves the health reports on every replica (a manager.Runnable

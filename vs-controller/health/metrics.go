@@ -3,6 +3,8 @@ package health
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 )
 
 // Metrics of the watch-path health, on vs-controller's /metrics. Every label
@@ -18,7 +20,7 @@ var (
 	}, []string{"cause"})
 	reports = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runtime_watcher_vs_controller_health_reports_total",
-		Help: "Health reports from SKR webhooks by result: accepted, not-evaluating (421, another replica evaluates), bad-request, too-large, no-identity, full, not-found, method-not-allowed.",
+		Help: "Health reports from SKR webhooks by result: accepted, not-evaluating (421, another replica evaluates), bad-request, too-large, no-identity, identity-signature-* (the identity signature of ext-authz did not verify: missing, malformed, expired, unknown-key, invalid), full, not-found, method-not-allowed.",
 	}, []string{"result"})
 	probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runtime_watcher_vs_controller_health_probes_total",
@@ -59,6 +61,9 @@ func init() {
 	transitions.WithLabelValues("recovered")
 	for _, r := range []string{"accepted", "not-evaluating", "bad-request", "too-large", "no-identity", "full", "not-found", "method-not-allowed"} {
 		reports.WithLabelValues(r)
+	}
+	for _, r := range assertion.Reasons {
+		reports.WithLabelValues(string(r))
 	}
 	for _, p := range []string{"config", "diagnose"} {
 		for _, o := range []string{"ok", "found", "error"} {

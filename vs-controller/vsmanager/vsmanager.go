@@ -32,6 +32,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 	"github.com/seed-c8be168e/runtime-watcher/shards"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
@@ -85,6 +86,10 @@ type Options struct {
 	// evaluation. Health tunes the evaluation (package health).
 	HealthReportBindAddress string
 	Health                  health.Options
+	// IdentityKeyFile, when set, is the key set file (Ed25519 public keys,
+	// reloaded) a health report's identity signature must verify against
+	// (health.Tracker.VerifyIdentity); "": reports are not verified.
+	IdentityKeyFile string
 
 	// ShardIdentity, when set, shares the runtimes with the other replicas
 	// (package shards, docs/operations.md "Scaling"): this replica is the
@@ -224,6 +229,18 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 	}
 	if a := o.HealthReportBindAddress; a != "" && a != "0" {
 		tracker := health.NewTracker(nil, health.MaxRuntimes)
+		if o.IdentityKeyFile != "" {
+			v, w, err := assertion.VerifierFromFile(o.IdentityKeyFile, mgr.GetLogger().WithName("identity-key-file"))
+			if err != nil {
+				return nil, fmt.Errorf("--identity-key-file: %w", err)
+			}
+			if err := mgr.Add(w); err != nil {
+				return nil, err
+			}
+			tracker.VerifyIdentity(v)
+		} else {
+			mgr.GetLogger().Info("health reports' identity is not verified (no --identity-key-file): a route bound to the gateway could report for any runtime")
+		}
 		ev := health.NewEvaluator(o.Health, tracker, rr.HealthRuntimes, rr, &health.KCPReporter{
 			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("vs-controller"), Log: mgr.GetLogger().WithName("health"),
 		}, mgr.GetLogger().WithName("health"))
