@@ -116,6 +116,9 @@ const (
 	ReasonTooManySANs         DenyReason = "too-many-sans"
 	ReasonCertificateMismatch DenyReason = "certificate-mismatch"
 	ReasonNotReady            DenyReason = "not-ready"
+	// ReasonRevoked: the certificate was issued before the runtime's
+	// current one and is retired (AnnotationRetiredCertificates).
+	ReasonRevoked DenyReason = "revoked"
 )
 
 // DenyBody is the JSON body of a deny response: {"reason": ..., "message": ...}.
