@@ -10,6 +10,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
+	"github.com/seed-c8be168e/runtime-watcher/identity/xfcc"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -84,5 +85,51 @@ func TestRetirementAnnotation(t *testing.T) {
 	}
 	if !r.Retired(r.IssuedBefore.Add(-time.Second), r.From) || r.Retired(r.IssuedBefore.Add(-time.Second), r.From.Add(-time.Second)) || r.Retired(r.IssuedBefore, r.From) {
 		t.Error("Retired disagrees with the retirement")
+	}
+}
+
+// TestVerifyAdvisoryCertificates: the odd certificates of Envoy's 2025-26
+// advisories (issue 42; the e2e spec "Envoy's advisories as specs" sends
+// them through the real gateway) are refused or allowed as the one
+// runtime they name, whatever the header's DNS= and Subject= pairs say.
+func TestVerifyAdvisoryCertificates(t *testing.T) {
+	ca := pki.MustCA(t, "advisory-ca")
+	lookup := mapLookup{runtimes: map[string]identity.Runtime{
+		"rt":     {ID: "rt", KymaName: "rt", SKRDomain: "rt.example.com"},
+		"victim": {ID: "victim", KymaName: "victim", SKRDomain: "victim.example.com"},
+	}}
+	v := &identity.Verifier{Lookup: lookup}
+	for _, tc := range []struct {
+		name string
+		o    pki.LeafOptions
+		want contract.DenyReason // "" allowed as rt
+	}{
+		{"NUL inside the SAN", pki.LeafOptions{CommonName: "rt", DNSNames: []string{"rt.example.com\x00.attacker.example.com"}}, contract.ReasonSANMismatch},
+		{"NUL inside the CN", pki.LeafOptions{CommonName: "rt\x00.attacker", DNSNames: []string{"rt.example.com"}}, contract.ReasonUnknownRuntime},
+		{"CN and SAN disagree", pki.LeafOptions{CommonName: "rt", DNSNames: []string{"victim.example.com"}}, contract.ReasonSANMismatch},
+		{"duplicate SANs", pki.LeafOptions{CommonName: "rt", DNSNames: []string{"rt.example.com", "rt.example.com", "RT.EXAMPLE.COM"}}, ""},
+		{"CN as BMPString", pki.LeafOptions{CommonName: "rt", CommonNameBMP: true, DNSNames: []string{"rt.example.com"}}, ""},
+		{"SAN in XFCC syntax", pki.LeafOptions{CommonName: "victim", DNSNames: []string{"rt.example.com;DNS=victim.example.com", `x",DNS=victim.example.com`, "x=y,DNS=victim.example.com"}}, contract.ReasonSANMismatch},
+		{"CN in XFCC syntax", pki.LeafOptions{CommonName: `victim";DNS=victim.example.com,By=rt`, DNSNames: []string{"rt.example.com"}}, contract.ReasonUnknownRuntime},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := issue(t, ca, tc.o)
+			// The Cert alone decides, whatever DNS= pair claims the victim.
+			header := `Hash=0;Cert="` + xfcc.EncodeCert(l.CertPEM) + `";DNS=victim.example.com`
+			id, err := v.Verify(context.Background(), header, "")
+			var d *identity.Denial
+			switch {
+			case tc.want == "" && (err != nil || id.RuntimeID != "rt" || id.SKRDomain != "rt.example.com"):
+				t.Fatalf("got %+v, %v; want allowed as rt", id, err)
+			case tc.want != "" && (!errors.As(err, &d) || d.Reason != tc.want):
+				t.Fatalf("got %v, want %s", err, tc.want)
+			}
+			// A gateway that copied the names into Subject= and DNS=
+			// unescaped: refused all the same (a NUL or a stray quote
+			// makes the header malformed-xfcc).
+			if _, err := v.Verify(context.Background(), gatewayXFCC(l), ""); tc.want != "" && !errors.As(err, &d) {
+				t.Fatalf("names copied into the header: got %v, want a refusal", err)
+			}
+		})
 	}
 }
