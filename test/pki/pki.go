@@ -99,10 +99,10 @@ type LeafOptions struct {
 	// cert-manager never writes (the subject is then the CN alone).
 	CommonNameBMP bool
 	DNSNames      []string
-	URIs             []string
-	IPs              []net.IP
-	NotBefore        time.Time
-	NotAfter         time.Time
+	URIs          []string
+	IPs           []net.IP
+	NotBefore     time.Time
+	NotAfter      time.Time
 }
 
 // Leaf is a signed certificate with its key.
