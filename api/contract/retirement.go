@@ -10,7 +10,7 @@ import (
 // client certificates are retired (Retirement, JSON). vs-controller writes it
 // once per issuance, after the new certificate reached the runtime's SKR;
 // ext-authz (and the listener's in-process pinning) refuse a retired
-// certificate with ReasonRevoked (docs/architecture.md §4.16).
+// certificate with ReasonRevoked (docs/architecture.md §4.9).
 const AnnotationRetiredCertificates = "operator.kyma-project.io/retired-certificates"
 
 // RevokeCertificateAnnotation on a runtime's Certificate in the KCP asks

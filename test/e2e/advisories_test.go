@@ -1,11 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -154,17 +152,7 @@ var _ = Describe("Envoy's advisories as specs (real Envoy)", Ordered, Label("edg
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{TLSClientConfig: cfg}}
 	}
 	post := func(ctx context.Context, c *http.Client, name string) (int, string, error) {
-		body, _ := json.Marshal(probeEvent(n, name))
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), bytes.NewReader(body))
-		Expect(err).NotTo(HaveOccurred())
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), nil
+		return postEvent(ctx, n, c, name)
 	}
 	// status posts with c and is the answer's status.
 	status := func(ctx context.Context, c *http.Client, name string) int {

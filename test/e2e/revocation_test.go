@@ -46,18 +46,12 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 	// kept-alive connection.
 	poster := func(cert *tls.Certificate, name string) func(ctx context.Context) (int, string) {
 		c := env.HTTPClient(cert)
-		body, _ := json.Marshal(probeEvent(n, name))
 		return func(ctx context.Context) (int, string) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), bytes.NewReader(body))
-			Expect(err).NotTo(HaveOccurred())
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := c.Do(req)
+			status, reason, err := postEvent(ctx, n, c, name)
 			if err != nil {
 				return 0, err.Error()
 			}
-			defer resp.Body.Close()
-			_, _ = io.Copy(io.Discard, resp.Body)
-			return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason)
+			return status, reason
 		}
 	}
 
@@ -215,6 +209,24 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 		eventsFlow(ctx, "revocation-after-renewal")
 	})
 })
+
+// postEvent posts an event about the SKR object name to the gateway with
+// c; it returns the status and the deny reason.
+func postEvent(ctx context.Context, n sample, c *http.Client, name string) (int, string, error) {
+	body, _ := json.Marshal(probeEvent(n, name))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), nil
+}
 
 // extAuthzLog is the gateway's ext-authz log file (its decision log).
 func extAuthzLog() string {

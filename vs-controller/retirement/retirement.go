@@ -1,6 +1,6 @@
 // Package retirement retires a runtime's previous client certificates
 // once its current one reached the SKR, and revokes the current one on
-// request (docs/architecture.md §4.16, docs/operations.md "A runtime's key
+// request (docs/architecture.md §4.9, docs/operations.md "A runtime's key
 // leaked"), without CRLs: it writes, once per issuance, the Kyma's
 // annotation contract.AnnotationRetiredCertificates, which SAN pinning
 // (ext-authz, from the Kyma store it already watches) applies to every
