@@ -174,8 +174,9 @@ var _ = Describe("Envoy's advisories as specs (real Envoy)", Ordered, Label("edg
 		cert := certFor(id, id+".advisories.example.com")
 		ok := h2Client(cert)
 		Eventually(func(ctx context.Context) int { s, _, _ := post(ctx, ok, id); return s }).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal(http.StatusOK))
+		Eventually(func() []e2e.Event { return received.For(n.SKRNamespace, id, time.Time{}) }).ShouldNot(BeEmpty())
 		up := serverUptime(ctx)
-		since := time.Now()
+		since := time.Now() // after the allowed event arrived
 		for _, c := range []struct {
 			name   string
 			client *http.Client
