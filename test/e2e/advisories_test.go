@@ -119,11 +119,11 @@ var _ = Describe("Envoy's advisories as specs (real Envoy)", Ordered, Label("edg
 		Entry("CN and SAN that disagree: this runtime's CN, another runtime's domain", "adv-disagree", oddCert{
 			leaf: func(id, _ string) pki.LeafOptions {
 				return pki.LeafOptions{CommonName: id, DNSNames: []string{victimDomain}}
-			}, reasons: []contract.DenyReason{contract.ReasonSANMismatch, contract.ReasonMalformedXFCC}}),
+			}, reasons: []contract.DenyReason{contract.ReasonSANMismatch}}),
 		Entry("CN and SAN that disagree: another runtime's CN, this runtime's domain", "adv-disagree-cn", oddCert{
 			leaf: func(_, domain string) pki.LeafOptions {
 				return pki.LeafOptions{CommonName: victim, DNSNames: []string{domain}}
-			}, reasons: []contract.DenyReason{contract.ReasonSANMismatch, contract.ReasonMalformedXFCC}}),
+			}, reasons: []contract.DenyReason{contract.ReasonSANMismatch}}),
 		Entry("duplicate SANs: harmless, the runtime they name", "adv-dup-san", oddCert{
 			leaf: func(id, domain string) pki.LeafOptions {
 				return pki.LeafOptions{CommonName: id, DNSNames: []string{domain, domain, strings.ToUpper(domain)}}
