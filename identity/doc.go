@@ -52,9 +52,12 @@
 //     Roots for client authentication: invalid-certificate;
 //   - source certificate given but not decodable: invalid-certificate; given
 //     and not the same certificate: certificate-mismatch;
-//   - no Kyma CR for the CN: unknown-runtime; annotation missing or empty:
-//     domain-not-set; no DNS SAN equal to it (or it is not a DNS name):
-//     san-mismatch.
+//   - no Kyma CR for the CN, or one whose deletion was asked for:
+//     unknown-runtime; annotation missing or empty: domain-not-set; no DNS
+//     SAN equal to it (or it is not a DNS name): san-mismatch;
+//   - a certificate the Kyma's retired-certificates annotation retires
+//     (issued before the runtime's current one, after the overlap; see
+//     contract.Retirement): revoked.
 //
 // CN and DNS SANs always come from the decoded certificate, never from the
 // header's DNS= or Subject= pairs.

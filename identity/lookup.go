@@ -114,5 +114,7 @@ func (l *kymaLookup) KymaNamed(ctx context.Context, name string) (pinning.KymaRe
 }
 
 func refOf(k *metav1.PartialObjectMetadata) pinning.KymaRef {
-	return pinning.KymaRef{Name: k.GetName(), Label: k.GetLabels()[contract.LabelRuntimeID], SKRDomain: k.GetAnnotations()[contract.AnnotationSKRDomain]}
+	a := k.GetAnnotations()
+	return pinning.KymaRef{Name: k.GetName(), Label: k.GetLabels()[contract.LabelRuntimeID], SKRDomain: a[contract.AnnotationSKRDomain],
+		Deleting: k.GetDeletionTimestamp() != nil, Retired: pinning.RetirementOf(a[contract.AnnotationRetiredCertificates])}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/startup"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/retirement"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
@@ -84,6 +85,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.DurationVar(&c.o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
 	fs.DurationVar(&c.o.CertificateDuration, "certificate-duration", 0, "lifetime of runtime certificates (0: cert-manager's default, 90 days)")
 	fs.DurationVar(&c.o.CertificateRenewBefore, "certificate-renew-before", 0, "renew runtime certificates this long before they expire (0: cert-manager's default, a third of the lifetime)")
+	fs.DurationVar(&c.o.CertificateOverlap, "certificate-overlap", retirement.DefaultOverlap, "how long a runtime's previous certificate stays good at the edge after its renewed one reached the SKR; older ones are refused (revoked) afterwards")
 	fs.StringVar(&c.o.HealthReportBindAddress, "health-report-bind-address", ":8090", "address serving the SKR webhooks' health reports (POST "+contract.HealthPath+", routed by the KCP gateway; only the gateway may reach it); \"0\" turns the watch-path health evaluation off")
 	fs.StringVar(&c.o.IdentityKeyFile, "identity-key-file", "", "PEM key set (Ed25519 CERTIFICATE, e.g. the tls.crt of ext-authz's signing Certificate, or PUBLIC KEY blocks) that a health report's identity signature (ext-authz's "+contract.HeaderIdentitySignature+") must verify against; reloaded when it changes; empty: reports are not verified (docs/security.md \"Routes cannot speak for a runtime\")")
 	fs.DurationVar(&c.o.Health.Silence, "health-silence", health.DefaultSilence, "a runtime not heard for longer is flagged (three of the webhooks' --health-interval)")
@@ -168,6 +170,7 @@ func (c *config) validate() field.ErrorList {
 		startup.NotNegative("ca-settle", o.Trust.Settle),
 		startup.NotNegative("certificate-duration", o.CertificateDuration),
 		startup.NotNegative("certificate-renew-before", o.CertificateRenewBefore),
+		startup.NotNegative("certificate-overlap", o.CertificateOverlap),
 	)
 	o.Issuer = cmmeta.IssuerReference{Name: c.issuerName, Kind: c.issuerKind, Group: "cert-manager.io"}
 	for _, n := range strings.Split(c.extraDNS, ",") {

@@ -134,6 +134,9 @@ const (
 	ReasonSignatureExpired    DenyReason = "identity-signature-expired"
 	ReasonSignatureUnknownKey DenyReason = "identity-signature-unknown-key"
 	ReasonSignatureInvalid    DenyReason = "identity-signature-invalid"
+	// ReasonRevoked: the certificate was issued before the runtime's
+	// current one and is retired (AnnotationRetiredCertificates).
+	ReasonRevoked DenyReason = "revoked"
 )
 
 // DenyBody is the JSON body of a deny response: {"reason": ..., "message": ...}.

@@ -2,8 +2,10 @@
 // how Kyma CRs are served (KymaResource), the one trimming of a Kyma CR's
 // metadata (Trim), a paginated, trimmed list and watch of the Kyma CRs of
 // one namespace (ListWatch), and ext-authz's in-memory Store fed by it. The
-// Store keeps of each Kyma CR only its name, runtime-id label and
-// skr-domain annotation, indexed by name and by label; it is a
+// Store keeps of each Kyma CR only its name, runtime-id label,
+// skr-domain annotation and retired-certificates annotation (parsed once,
+// 24 bytes) and whether its deletion was asked for, indexed by name and by
+// label; it is a
 // pinning.RuntimeLookup through pinning.LookupInIndex, the same precedence
 // code as identity.NewKymaLookup over a controller-runtime cache (label
 // before name; several Kymas with one label are an error), answered from
@@ -45,8 +47,10 @@ var ErrNotSynced = errors.New("kymastore: Kyma CRs not listed yet")
 
 // kyma is what pinning reads of one Kyma CR (its name is the map key).
 type kyma struct {
-	label  string // kyma-project.io/runtime-id; "" when missing or empty
-	domain string // skr-domain annotation, raw; "" when not set
+	label    string // kyma-project.io/runtime-id; "" when missing or empty
+	domain   string // skr-domain annotation, raw; "" when not set
+	retired  pinning.Retirement
+	deleting bool // its deletion was asked for (finalizers may keep it)
 }
 
 // Store holds the Kyma CRs of one namespace. Run feeds it; LookupRuntime
@@ -126,17 +130,17 @@ func (x storeIndex) KymasLabelled(_ context.Context, id string) (int, pinning.Ky
 		return 0, pinning.KymaRef{}, nil
 	}
 	k := x.s.byName[names[0]]
-	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain}, nil
+	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain, Retired: k.retired, Deleting: k.deleting}, nil
 }
 
 func (x storeIndex) KymaNamed(_ context.Context, name string) (pinning.KymaRef, bool, error) {
 	k, ok := x.s.byName[name]
-	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain}, ok, nil
+	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain, Retired: k.retired, Deleting: k.deleting}, ok, nil
 }
 
 // entryOf reads a stored object: a Kyma as metadata, or the last state of a
 // deleted one.
-func entryOf(obj any) (string, kyma, error) {
+func entryOf(obj any) (name string, k kyma, err error) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -144,8 +148,9 @@ func entryOf(obj any) (string, kyma, error) {
 	if !ok {
 		return "", kyma{}, fmt.Errorf("kymastore: unexpected object %T", obj)
 	}
-	name := m.Name
-	k := kyma{label: m.Labels[contract.LabelRuntimeID], domain: m.Annotations[contract.AnnotationSKRDomain]}
+	name = m.Name
+	k = kyma{label: m.Labels[contract.LabelRuntimeID], domain: m.Annotations[contract.AnnotationSKRDomain],
+		retired: pinning.RetirementOf(m.Annotations[contract.AnnotationRetiredCertificates]), deleting: m.DeletionTimestamp != nil}
 	if k.label == name {
 		k.label = name // one string for both (the common case)
 	}
@@ -236,8 +241,9 @@ func (s *Store) Resync() error { return nil }
 // (module-sync). It keeps only what the lookup and an informer read: type,
 // name, namespace, UID, resource version, deletion timestamp, the
 // runtime-id label when it is not empty (an empty label is no label, as
-// identity.RuntimeIDOf and pinning.LookupInIndex read it) and the
-// skr-domain annotation (also when empty: that is domain-not-set). With it
+// identity.RuntimeIDOf and pinning.LookupInIndex read it), the
+// skr-domain annotation (also when empty: that is domain-not-set) and the
+// retired-certificates annotation. With it
 // a cache of many Kyma CRs holds no managedFields and no
 // last-applied-configuration. Other objects pass unchanged.
 func Trim(obj any) (any, error) {
@@ -254,8 +260,13 @@ func trim(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	if v := m.Labels[contract.LabelRuntimeID]; v != "" {
 		t.Labels = map[string]string{contract.LabelRuntimeID: v}
 	}
-	if v, ok := m.Annotations[contract.AnnotationSKRDomain]; ok {
-		t.Annotations = map[string]string{contract.AnnotationSKRDomain: v}
+	for _, key := range []string{contract.AnnotationSKRDomain, contract.AnnotationRetiredCertificates} {
+		if v, ok := m.Annotations[key]; ok {
+			if t.Annotations == nil {
+				t.Annotations = make(map[string]string, 2)
+			}
+			t.Annotations[key] = v
+		}
 	}
 	return t
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -191,5 +192,33 @@ func itoa(i int) string {
 		if i /= 10; i == 0 {
 			return string(b[n:])
 		}
+	}
+}
+
+// TestStoreRetiredAndDeleting: the store keeps a Kyma's retirement (parsed
+// once) and whether its deletion was asked for; Trim keeps the annotation
+// and the deletion timestamp.
+func TestStoreRetiredAndDeleting(t *testing.T) {
+	r := contract.Retirement{IssuedBefore: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), From: time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC)}
+	m := meta("a", "", "a.example.com")
+	m.Annotations[contract.AnnotationRetiredCertificates] = r.String()
+	now := metav1.Now()
+	m.DeletionTimestamp = &now
+	m.Finalizers = []string{"x"}
+	tm := trim(t, m)
+	if tm.Annotations[contract.AnnotationRetiredCertificates] != r.String() || tm.DeletionTimestamp == nil {
+		t.Fatalf("Trim = %+v", tm)
+	}
+	s := kymastore.New()
+	if err := s.Replace([]any{tm}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	rt, ok, err := lookup(t, s, "a")
+	want := pinning.Runtime{ID: "a", KymaName: "a", SKRDomain: "a.example.com", Retired: pinning.RetirementOf(r.String()), Deleting: true}
+	if err != nil || !ok || rt != want {
+		t.Fatalf("LookupRuntime = %+v, %v, %v; want %+v", rt, ok, err, want)
+	}
+	if rt.Retired == (pinning.Retirement{}) {
+		t.Fatal("the retirement was not read")
 	}
 }

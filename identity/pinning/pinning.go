@@ -22,6 +22,12 @@ type Runtime struct {
 	ID        string // runtime ID: identity.RuntimeIDOf the Kyma
 	KymaName  string // name of the Kyma CR (its namespace is the lookup's)
 	SKRDomain string // raw value of the skr-domain annotation; "" when not set
+	// Retired says which of the runtime's certificates are retired (its
+	// Kyma's retired-certificates annotation).
+	Retired Retirement
+	// Deleting: the Kyma's deletion was asked for (its finalizers may keep
+	// it for a while); SAN pinning refuses its runtime from then on.
+	Deleting bool
 }
 
 // RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such
@@ -126,7 +132,8 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 	if v.Lookup == nil {
 		return Identity{}, ErrNoLookup
 	}
-	cert, d := v.certificate(xfccHeader, sourceCertPEM)
+	t := v.now()
+	cert, d := v.certificate(xfccHeader, sourceCertPEM, t)
 	if d != nil {
 		if cert != nil {
 			return Identity{RuntimeID: cert.cn, Fingerprint: cert.derHash}, d
@@ -142,6 +149,12 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 	if !found {
 		return id, deny(contract.ReasonUnknownRuntime, "no Kyma for runtime %q", id.RuntimeID)
 	}
+	if rt.Deleting {
+		// The platform took its trust back when it asked for the deletion,
+		// not when the finalizers (vs-controller's removes the SKR bundle)
+		// let the Kyma go.
+		return id, deny(contract.ReasonUnknownRuntime, "the Kyma of runtime %q is being deleted", id.RuntimeID)
+	}
 	domain := NormalizeDomain(rt.SKRDomain)
 	if domain == "" {
 		return id, deny(contract.ReasonDomainNotSet, "Kyma of runtime %q has no %s annotation", id.RuntimeID, contract.AnnotationSKRDomain)
@@ -153,13 +166,24 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 		// The message goes back to the client: it does not reveal the domain.
 		return id, deny(contract.ReasonSANMismatch, "no DNS SAN of the certificate of runtime %q is its %s", id.RuntimeID, contract.AnnotationSKRDomain)
 	}
+	if rt.Retired.retired(cert.notBefore, t) {
+		return id, deny(contract.ReasonRevoked, "the certificate of runtime %q (valid from %s) is retired: %s", id.RuntimeID,
+			cert.notBefore.UTC().Format(time.RFC3339), rt.Retired)
+	}
 	id.SKRDomain = domain
 	return id, nil
 }
 
+func (v *Verifier) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
 // certificate decodes and checks the certificate; it returns what pinning
 // needs of it (when decoded) and a denial.
-func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial) {
+func (v *Verifier) certificate(header, sourceCertPEM string, t time.Time) (*certInfo, *Denial) {
 	if header == "" {
 		return nil, deny(contract.ReasonMissingClientCert, "no %s header", contract.HeaderXFCC)
 	}
@@ -180,11 +204,6 @@ func (v *Verifier) certificate(header, sourceCertPEM string) (*certInfo, *Denial
 		return nil, deny(contract.ReasonMalformedXFCC, "%v", err)
 	}
 
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
-	}
-	t := now()
 	roots, gen := v.currentRoots()
 	key := hashString(certValue)
 	info := v.cache.get(key)

@@ -20,6 +20,19 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add(`By=spiffe://a;Hash=1;Cert="-----BEGIN%20CERTIFICATE-----%0AAAAA%0A-----END%20CERTIFICATE-----%0A";Subject="CN=a\"b";URI=x;DNS=y`)
 	f.Add("Hash=a, Hash=b;\tURI=c")
+	// Envoy's 2025-26 advisories (issue 42): what a gateway could write for
+	// a NUL inside a SAN or the CN, SAN text in XFCC syntax, duplicate SANs.
+	for _, h := range []string{
+		"Hash=1;Subject=\"CN=rt\";DNS=rt.example.com\x00.attacker.example.com",
+		"Hash=1;Subject=\"CN=rt\x00.attacker\";DNS=rt.example.com",
+		"Hash=1;Subject=\"CN=rt\";DNS=a.example.com;DNS=victim.example.com",
+		`Hash=1;Subject="CN=rt";DNS="b\",DNS=victim.example.com"`,
+		"Hash=1;Subject=\"CN=rt\";DNS=x=victim.example.com,DNS=victim.example.com",
+		`Hash=1;Subject="CN=victim\";DNS=victim.example.com,By=rt";DNS=rt.example.com`,
+		"Hash=1;Subject=\"CN=rt\";DNS=rt.example.com;DNS=rt.example.com;DNS=RT.EXAMPLE.COM",
+	} {
+		f.Add(h)
+	}
 	f.Fuzz(func(t *testing.T, header string) {
 		elems, err := xfcc.Parse(header)
 		if len(header) > xfcc.MaxHeaderBytes && !errors.Is(err, xfcc.ErrTooLarge) {
@@ -108,6 +121,21 @@ func FuzzDecodeCert(f *testing.F) {
 		"%ZZ", "%4", "", "foobar",
 	} {
 		f.Add(s)
+	}
+	// The odd certificates of Envoy's 2025-26 advisories (issue 42), as the
+	// gateway encodes them.
+	for _, o := range []pki.LeafOptions{
+		{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com\x00.attacker.example.com"}},
+		{CommonName: "runtime-1\x00.attacker", DNSNames: []string{"skr1.example.com"}},
+		{CommonName: "runtime-1", CommonNameBMP: true, DNSNames: []string{"skr1.example.com"}},
+		{CommonName: "runtime-1", DNSNames: []string{"skr1.example.com", "skr1.example.com"}},
+		{CommonName: `victim";DNS=victim.example.com,By=x`, DNSNames: []string{`a.example.com;DNS=victim.example.com`, `b",DNS=victim`, "x=v,DNS=v"}},
+	} {
+		odd, err := ca.Issue(o)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(xfcc.EncodeCert(odd.CertPEM))
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		got, gotErr := xfcc.DecodeCert(v)

@@ -178,6 +178,19 @@ var _ = Describe("Edge (real Envoy)", Ordered, ContinueOnFailure, Label("edge"),
 			"edge-path-double", "/v2//example-operator/event", http.StatusNotFound, "", false),
 		Entry("%00 is refused by Envoy with 400 before any filter",
 			"edge-path-nul", "/v2/example-operator/event%00", http.StatusBadRequest, "", false),
+		// The path variants of CVE-2026-73553/-73551/-73511 (issue 42).
+		Entry("mixed-case %2f is kept like %2F: no route, Envoy's own 404, no Check",
+			"edge-path-slash-lower", "/v2/example-operator%2fevent", http.StatusNotFound, "", false),
+		Entry("lower-case %2e%2e is decoded and resolved like %2E%2E: routed",
+			"edge-path-dotdot-lower", "/v2/x/%2e%2e/example-operator/event", http.StatusOK, "/v2/example-operator/event", true),
+		// Envoy's normalize_path (Chromium's URL canonicalizer) reads a
+		// backslash as a slash, before any filter.
+		Entry("a backslash is normalised to a slash: routed, ext-authz asked about the normalised path",
+			"edge-path-backslash", `/v2/example-operator\event`, http.StatusOK, "/v2/example-operator/event", true),
+		Entry("a ; path parameter inside the route's prefix is kept: no route, Envoy's own 404, no Check",
+			"edge-path-param-mid", "/v2/example-operator;x=y/event", http.StatusNotFound, "", false),
+		Entry("a ; path parameter after the event path is kept: routed by prefix, ext-authz asked about the raw path, the listener's 404",
+			"edge-path-param-end", "/v2/example-operator/event;x=y", http.StatusNotFound, "/v2/example-operator/event;x=y", false),
 	)
 
 	It("answers request headers over Envoy's 60 KiB limit with 431, without asking ext-authz", func(ctx SpecContext) {

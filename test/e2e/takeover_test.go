@@ -105,7 +105,11 @@ var _ = Describe("Take-over from Lifecycle Manager", Label("takeover"), Ordered,
 		// skr-domain; "localhost" added as for ours, to serve the local
 		// API server) and LM's managers. Its --ca-file is the gateway's
 		// CA: the gateway it posts to here is ours.
-		leaf, err := lmCA.Issue(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain, "localhost"}})
+		// Issued now, as a certificate LM renewed lately: the runtime had
+		// vs-controller's certificates earlier in this suite, and their
+		// retirement on the Kyma (kept when the bundle goes) refuses
+		// anything issued before the last of them.
+		leaf, err := lmCA.Issue(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain, "localhost"}, NotBefore: time.Now()})
 		Expect(err).NotTo(HaveOccurred())
 		var gwTLS corev1.Secret
 		Expect(env.KCP().Get(ctx, client.ObjectKey{Namespace: n.GatewayNS, Name: localenv.GatewayTLSSecret}, &gwTLS)).To(Succeed())

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unicode/utf16"
 )
 
 // CA is a self-signed certificate authority.
@@ -94,11 +95,14 @@ type LeafOptions struct {
 	// ExtraCommonNames are further CN attributes in the subject (a forged
 	// certificate with several CNs).
 	ExtraCommonNames []string
-	DNSNames         []string
-	URIs             []string
-	IPs              []net.IP
-	NotBefore        time.Time
-	NotAfter         time.Time
+	// CommonNameBMP encodes the CN as a BMPString (UTF-16), a string type
+	// cert-manager never writes (the subject is then the CN alone).
+	CommonNameBMP bool
+	DNSNames      []string
+	URIs          []string
+	IPs           []net.IP
+	NotBefore     time.Time
+	NotAfter      time.Time
 }
 
 // Leaf is a signed certificate with its key.
@@ -141,6 +145,13 @@ func (ca *CA) Issue(o LeafOptions) (*Leaf, error) {
 			tmpl.Subject.ExtraNames = append(tmpl.Subject.ExtraNames, pkix.AttributeTypeAndValue{Type: oidCN, Value: cn})
 		}
 	}
+	if o.CommonNameBMP {
+		raw, err := bmpSubject(o.CommonName)
+		if err != nil {
+			return nil, err
+		}
+		tmpl.RawSubject = raw
+	}
 	for _, u := range o.URIs {
 		pu, err := url.Parse(u)
 		if err != nil {
@@ -180,6 +191,22 @@ func (l *Leaf) WriteFiles(dir string, ca *CA) (caFile, certFile, keyFile string,
 		}
 	}
 	return caFile, certFile, keyFile, nil
+}
+
+// bmpSubject is the DER of a subject whose one attribute is the CN cn as
+// a BMPString.
+func bmpSubject(cn string) ([]byte, error) {
+	type attribute struct {
+		Type  asn1.ObjectIdentifier
+		Value asn1.RawValue
+	}
+	type attributeSET []attribute // encoding/asn1: a type named *SET is a SET OF
+	var utf16be []byte
+	for _, u := range utf16.Encode([]rune(cn)) {
+		utf16be = append(utf16be, byte(u>>8), byte(u))
+	}
+	cnAttr := attribute{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagBMPString, Bytes: utf16be}}
+	return asn1.Marshal([]attributeSET{{cnAttr}})
 }
 
 func serial() *big.Int {

@@ -2,6 +2,7 @@ package runtimes
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,7 +29,7 @@ import (
 )
 
 // Reconcile brings one runtime's Certificate and SKR bundle up to date.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	ctx, done, ok := r.Shards.Begin(ctx, req.String())
 	if !ok {
 		// Another replica owns the runtime (its gain requeues it there).
@@ -128,6 +129,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		recordOutcome("unchanged")
 	}
+	if r.Retirer != nil {
+		// The SKR holds tls.Cert now: what is older may be retired.
+		if wait, err := r.Retirer.AfterDelivery(ctx, kyma, id, leafOf(tls)); err != nil {
+			return ctrl.Result{}, err
+		} else if wait > 0 {
+			defer func() {
+				if err == nil {
+					res.RequeueAfter = minPositive(res.RequeueAfter, wait)
+				}
+			}()
+		}
+	}
 	if r.Trust != nil {
 		if wait, err := r.Trust.AfterPush(ctx, kyma, req.String(), id, trusted); err != nil || wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, err
@@ -142,6 +155,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: r.Resync}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// leafOf is the certificate of tls (nil when unparsable).
+func leafOf(tls *certificates.TLS) *x509.Certificate {
+	if certs, _ := trust.ParseBundle(tls.Cert); len(certs) > 0 {
+		return certs[0]
+	}
+	return nil
+}
+
+// minPositive is the shorter of two requeue delays, 0 meaning none.
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // ensureCertificate writes the runtime's Certificate when it differs from

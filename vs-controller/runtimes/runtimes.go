@@ -43,6 +43,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/diffapply"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/retirement"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
@@ -107,6 +108,10 @@ type Reconciler struct {
 	// Certificates' lifetime; cert-manager's defaults (90 days, a third of
 	// it) when 0.
 	CertificateDuration, CertificateRenewBefore time.Duration
+	// Retirer retires a runtime's previous certificates once its current
+	// one reached the SKR and drives revocations (package retirement);
+	// nil: certificates are good until they expire.
+	Retirer *retirement.Retirer
 	// Bundle shapes the SKR objects.
 	Bundle bundle.Options
 	// WatcherDebounce delays the re-reconcile of every runtime after a

@@ -728,9 +728,14 @@ func (k *Keeper) scanLeaves(ctx context.Context, p *published) {
 	vsmetrics.RuntimesExpiringSoon.Set(float64(soon))
 }
 
-// requestIssuing sets the Issuing condition, as `cmctl renew` does; false
-// when it is already set.
+// requestIssuing is RequestIssuing after a CA rotation.
 func requestIssuing(ctx context.Context, c client.Client, crt *certmanagerv1.Certificate) (bool, error) {
+	return RequestIssuing(ctx, c, crt, "a newer CA exists")
+}
+
+// RequestIssuing sets the Issuing condition, as `cmctl renew` does, saying
+// why in its message; false when it is already set.
+func RequestIssuing(ctx context.Context, c client.Client, crt *certmanagerv1.Certificate, why string) (bool, error) {
 	for _, cond := range crt.Status.Conditions {
 		if cond.Type == certmanagerv1.CertificateConditionIssuing && cond.Status == "True" {
 			return false, nil
@@ -740,7 +745,7 @@ func requestIssuing(ctx context.Context, c client.Client, crt *certmanagerv1.Cer
 	now := metav1.Now()
 	crt.Status.Conditions = append(crt.Status.Conditions, certmanagerv1.CertificateCondition{
 		Type: certmanagerv1.CertificateConditionIssuing, Status: "True", LastTransitionTime: &now,
-		Reason: "ManuallyTriggered", Message: "Certificate re-issuance requested by vs-controller: a newer CA exists",
+		Reason: "ManuallyTriggered", Message: "Certificate re-issuance requested by vs-controller: " + why,
 		ObservedGeneration: crt.Generation,
 	})
 	if err := c.Status().Patch(ctx, crt, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/kubeconfigs"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/retirement"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/routing"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/runtimes"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/takeover"
@@ -59,6 +60,10 @@ type Options struct {
 	Bundle           bundle.Options
 	// CertificateDuration, CertificateRenewBefore: see runtimes.Reconciler.
 	CertificateDuration, CertificateRenewBefore time.Duration
+	// CertificateOverlap: how long a runtime's previous certificate stays
+	// good after its successor reached the SKR (retirement.DefaultOverlap
+	// when 0).
+	CertificateOverlap time.Duration
 
 	// Clients of the runtime clusters; runtimes.SKRClients() with
 	// SKRTimeout when nil.
@@ -214,6 +219,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error)
 		ExtraDNSNames:           o.ExtraDNSNames,
 		CertificateDuration:     o.CertificateDuration,
 		CertificateRenewBefore:  o.CertificateRenewBefore,
+		Retirer:                 &retirement.Retirer{Client: mgr.GetClient(), Overlap: o.CertificateOverlap, Recorder: mgr.GetEventRecorder("vs-controller")},
 		Bundle:                  o.Bundle,
 		WatcherDebounce:         o.WatcherDebounce,
 		Resync:                  o.Resync,

@@ -46,6 +46,15 @@ var (
 		Name: "runtime_writes_total",
 		Help: "Write requests the runtime reconciler issued (KCP and SKR), by kind of write.",
 	}, []string{"kind"})
+	// CertificatesRetired counts retirements of runtime certificates
+	// written (contract.AnnotationRetiredCertificates), by cause: renewal
+	// (the previous certificate retired after the overlap) or revoked (the
+	// platform revoked the current one; retired at once).
+	CertificatesRetired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: Subsystem,
+		Name: "certificates_retired_total",
+		Help: "Retirements of runtime certificates written on Kymas, by cause: renewal (the previous certificate after the overlap), revoked (the revoked certificate, at once).",
+	}, []string{"cause"})
 	// KubeconfigUncachedReads counts kubeconfig Secrets read from the API
 	// server because they lack the cache label (app.kubernetes.io/part-of=
 	// runtime-watcher): one per pass of such a runtime.
@@ -57,7 +66,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(VirtualServiceReconciles, WatcherWrites, RuntimeReconciles, RuntimeWrites, KubeconfigUncachedReads)
+	ctrlmetrics.Registry.MustRegister(VirtualServiceReconciles, WatcherWrites, RuntimeReconciles, RuntimeWrites, KubeconfigUncachedReads, CertificatesRetired)
 }
 
 // Certificate and CA metrics (docs/architecture.md §4.9).
