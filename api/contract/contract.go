@@ -116,6 +116,9 @@ const (
 	ReasonTooManySANs         DenyReason = "too-many-sans"
 	ReasonCertificateMismatch DenyReason = "certificate-mismatch"
 	ReasonNotReady            DenyReason = "not-ready"
+	// ReasonRateLimited: the pinned runtime is over its rate limit
+	// (ext-authz answers 429 with Retry-After).
+	ReasonRateLimited DenyReason = "rate-limited"
 )
 
 // DenyBody is the JSON body of a deny response: {"reason": ..., "message": ...}.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
@@ -42,6 +43,20 @@ func BenchmarkDecisionLog(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchmarkCheckInProcess(b, false, server.Config{Log: l})
+	})
+}
+
+// BenchmarkRateLimit is the cost of the per-runtime rate limit on the allow
+// path (package ratelimit, enforce mode, limits no request reaches) against
+// no limiter; the goal is ≤ 1.05× of CPU per Check (docs/performance.md).
+func BenchmarkRateLimit(b *testing.B) {
+	b.Run("off", func(b *testing.B) { benchmarkCheckInProcess(b, false, server.Config{}) })
+	b.Run("enforce", func(b *testing.B) {
+		l, err := ratelimit.New(ratelimit.Config{Mode: ratelimit.ModeEnforce, Default: ratelimit.Limit{Rate: ratelimit.MaxRate, Burst: ratelimit.MaxBurst}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchmarkCheckInProcess(b, false, server.Config{Limiter: l})
 	})
 }
 

@@ -2,8 +2,9 @@
 // how Kyma CRs are served (KymaResource), the one trimming of a Kyma CR's
 // metadata (Trim), a paginated, trimmed list and watch of the Kyma CRs of
 // one namespace (ListWatch), and ext-authz's in-memory Store fed by it. The
-// Store keeps of each Kyma CR only its name, runtime-id label and
-// skr-domain annotation, indexed by name and by label; it is a
+// Store keeps of each Kyma CR only its name, runtime-id label, skr-domain
+// annotation and, when ClassLabel is set, the value of that label (the
+// runtime's rate-limit class), indexed by name and by label; it is a
 // pinning.RuntimeLookup through pinning.LookupInIndex, the same precedence
 // code as identity.NewKymaLookup over a controller-runtime cache (label
 // before name; several Kymas with one label are an error), answered from
@@ -24,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,11 +49,16 @@ var ErrNotSynced = errors.New("kymastore: Kyma CRs not listed yet")
 type kyma struct {
 	label  string // kyma-project.io/runtime-id; "" when missing or empty
 	domain string // skr-domain annotation, raw; "" when not set
+	class  string // value of the Store's ClassLabel, interned; "" when none
 }
 
 // Store holds the Kyma CRs of one namespace. Run feeds it; LookupRuntime
 // reads it. The zero value is not usable: use New.
 type Store struct {
+	// ClassLabel, when set before Run, is the label whose value is a
+	// runtime's class (pinning.Runtime.Class): ext-authz's rate limits.
+	ClassLabel string
+
 	mu      sync.RWMutex
 	byName  map[string]kyma
 	byLabel map[string][]string // label value -> names of the Kymas carrying it
@@ -126,17 +133,17 @@ func (x storeIndex) KymasLabelled(_ context.Context, id string) (int, pinning.Ky
 		return 0, pinning.KymaRef{}, nil
 	}
 	k := x.s.byName[names[0]]
-	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain}, nil
+	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain, Class: k.class}, nil
 }
 
 func (x storeIndex) KymaNamed(_ context.Context, name string) (pinning.KymaRef, bool, error) {
 	k, ok := x.s.byName[name]
-	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain}, ok, nil
+	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain, Class: k.class}, ok, nil
 }
 
 // entryOf reads a stored object: a Kyma as metadata, or the last state of a
 // deleted one.
-func entryOf(obj any) (string, kyma, error) {
+func (s *Store) entryOf(obj any) (string, kyma, error) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -148,6 +155,9 @@ func entryOf(obj any) (string, kyma, error) {
 	k := kyma{label: m.Labels[contract.LabelRuntimeID], domain: m.Annotations[contract.AnnotationSKRDomain]}
 	if k.label == name {
 		k.label = name // one string for both (the common case)
+	}
+	if v := m.Labels[s.ClassLabel]; s.ClassLabel != "" && v != "" {
+		k.class = unique.Make(v).Value() // a few classes over many Kymas
 	}
 	return name, k, nil
 }
@@ -190,7 +200,7 @@ func (s *Store) remove(name string) {
 func (s *Store) Add(obj any) error { return s.Update(obj) }
 
 func (s *Store) Update(obj any) error {
-	name, k, err := entryOf(obj)
+	name, k, err := s.entryOf(obj)
 	if err != nil {
 		return err
 	}
@@ -201,7 +211,7 @@ func (s *Store) Update(obj any) error {
 }
 
 func (s *Store) Delete(obj any) error {
-	name, _, err := entryOf(obj)
+	name, _, err := s.entryOf(obj)
 	if err != nil {
 		return err
 	}
@@ -215,7 +225,7 @@ func (s *Store) Delete(obj any) error {
 func (s *Store) Replace(list []any, _ string) error {
 	fresh := &Store{byName: make(map[string]kyma, len(list)), byLabel: make(map[string][]string)}
 	for _, obj := range list {
-		name, k, err := entryOf(obj)
+		name, k, err := s.entryOf(obj)
 		if err != nil {
 			return err
 		}
@@ -247,12 +257,20 @@ func Trim(obj any) (any, error) {
 	return obj, nil
 }
 
-func trim(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+func trim(m *metav1.PartialObjectMetadata, keepLabels ...string) *metav1.PartialObjectMetadata {
 	t := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta}
 	t.Name, t.Namespace, t.UID, t.ResourceVersion = m.Name, m.Namespace, m.UID, m.ResourceVersion
 	t.DeletionTimestamp = m.DeletionTimestamp
 	if v := m.Labels[contract.LabelRuntimeID]; v != "" {
 		t.Labels = map[string]string{contract.LabelRuntimeID: v}
+	}
+	for _, l := range keepLabels {
+		if v := m.Labels[l]; v != "" {
+			if t.Labels == nil {
+				t.Labels = map[string]string{}
+			}
+			t.Labels[l] = v
+		}
 	}
 	if v, ok := m.Annotations[contract.AnnotationSKRDomain]; ok {
 		t.Annotations = map[string]string{contract.AnnotationSKRDomain: v}
@@ -261,11 +279,11 @@ func trim(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 }
 
 // ListWatch lists and watches the Kyma CRs (resource gvr) of namespace as
-// metadata, trimmed by Trim. Its initial list is paginated (a list at
+// metadata, trimmed by Trim (keeping also the labels keepLabels). Its initial list is paginated (a list at
 // resourceVersion "0" would be served whole from the API server's watch
 // cache; "" honours the page limit) and each page trimmed before the next
 // one is read.
-func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace string) (*toolscache.ListWatch, error) {
+func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace string, keepLabels ...string) (*toolscache.ListWatch, error) {
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
@@ -284,7 +302,7 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 				return nil, err
 			}
 			for i := range list.Items {
-				list.Items[i] = *trim(&list.Items[i])
+				list.Items[i] = *trim(&list.Items[i], keepLabels...)
 			}
 			return list, nil
 		},
@@ -298,7 +316,7 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 				switch e.Type {
 				case watch.Added, watch.Modified, watch.Deleted:
 					if m, ok := e.Object.(*metav1.PartialObjectMetadata); ok {
-						e.Object = trim(m)
+						e.Object = trim(m, keepLabels...)
 					}
 				}
 				return e, true
@@ -310,7 +328,11 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 // Run lists and watches the Kyma CRs of namespace into s until ctx is done
 // (the reflector retries failed lists and watches with backoff).
 func (s *Store) Run(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource, namespace string) error {
-	lw, err := ListWatch(cfg, gvr, namespace)
+	var keep []string
+	if s.ClassLabel != "" {
+		keep = []string{s.ClassLabel}
+	}
+	lw, err := ListWatch(cfg, gvr, namespace, keep...)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,9 @@ type KymaRef struct {
 	Name      string
 	Label     string // kyma-project.io/runtime-id; "" when missing or empty
 	SKRDomain string // raw value of the skr-domain annotation; "" when not set
+	// Class is the value of the label that names the runtime's class for
+	// ext-authz's rate limits (kymastore.Store.ClassLabel); "" when none.
+	Class string
 }
 
 // KymaIndex finds the Kyma CRs of one namespace by runtime-id label and by
@@ -43,11 +46,11 @@ func LookupInIndex(ctx context.Context, idx KymaIndex, runtimeID string) (Runtim
 	case n > 1:
 		return Runtime{}, false, fmt.Errorf("%d Kyma CRs carry label %s=%s", n, contract.LabelRuntimeID, runtimeID)
 	case n == 1:
-		return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain}, true, nil
+		return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain, Class: k.Class}, true, nil
 	}
 	k, found, err := idx.KymaNamed(ctx, runtimeID)
 	if err != nil || !found || k.Label != "" && k.Label != runtimeID {
 		return Runtime{}, false, err // unknown, or labelled for another runtime
 	}
-	return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain}, true, nil
+	return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain, Class: k.Class}, true, nil
 }

@@ -22,6 +22,7 @@ type Runtime struct {
 	ID        string // runtime ID: identity.RuntimeIDOf the Kyma
 	KymaName  string // name of the Kyma CR (its namespace is the lookup's)
 	SKRDomain string // raw value of the skr-domain annotation; "" when not set
+	Class     string // the runtime's rate-limit class (KymaRef.Class); "" when none
 }
 
 // RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such
@@ -36,6 +37,7 @@ type RuntimeLookup interface {
 type Identity struct {
 	RuntimeID string // certificate CN
 	SKRDomain string // the Kyma annotation value, lowercased, trailing dot removed
+	Class     string // the runtime's rate-limit class (Runtime.Class), "" when none
 	// Fingerprint is the SHA-256 of the certificate's DER once it was
 	// decoded (also on a refusal; zero before), for logs: it names the
 	// certificate without carrying it.
@@ -153,7 +155,7 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 		// The message goes back to the client: it does not reveal the domain.
 		return id, deny(contract.ReasonSANMismatch, "no DNS SAN of the certificate of runtime %q is its %s", id.RuntimeID, contract.AnnotationSKRDomain)
 	}
-	id.SKRDomain = domain
+	id.SKRDomain, id.Class = domain, rt.Class
 	return id, nil
 }
 
