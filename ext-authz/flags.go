@@ -86,7 +86,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v2/lifecycle-manager) whose Checks run in dry-run")
 	fs.StringVar(&o.rateLimit.mode, "rate-limit-mode", ratelimit.ModeEnforce, "per-runtime rate limit after SAN pinning: enforce (over the limit: HTTP 429 with Retry-After), shadow (over the limit: allowed, counted and named in the decision log) or off")
 	fs.StringVar(&o.rateLimit.limit, "rate-limit", ratelimit.Limit{Rate: ratelimit.DefaultRate, Burst: ratelimit.DefaultBurst}.String(), "fair share of a runtime whose class has no limit of its own: <requests per second>/<burst>")
-	fs.StringVar(&o.rateLimit.classLabel, "rate-limit-class-label", DefaultRateLimitClassLabel, "label of the Kyma CR whose value is the runtime's class for --rate-limit-classes; empty: no classes")
+	fs.StringVar(&o.rateLimit.classLabel, "rate-limit-class-label", ratelimit.DefaultClassLabel, "label of the Kyma CR whose value is the runtime's class for --rate-limit-classes; empty: no classes")
 	fs.StringVar(&o.rateLimit.classes, "rate-limit-classes", "", "comma-separated <class>=<requests per second>/<burst>, limits of the runtimes whose Kyma carries --rate-limit-class-label=<class>, e.g. trial=10/200")
 	fs.IntVar(&o.rateLimit.maxRuntimes, "rate-limit-max-runtimes", ratelimit.DefaultMaxRuntimes, "buckets kept at most (about 80 bytes each); idle runtimes have none; beyond it a bucket is evicted (counted) and its runtime starts again with a full burst")
 	fs.DurationVar(&o.rateLimit.reportInterval, "rate-limit-report-interval", ratelimit.DefaultReportInterval, "how often the decision log names the runtimes most often over their limit (at most 10) and idle buckets are removed")
@@ -178,11 +178,6 @@ func validAddr(addr string) error {
 	}
 	return nil
 }
-
-// DefaultRateLimitClassLabel is --rate-limit-class-label's default: the
-// label Kyma Environment Broker sets on every Kyma CR with its service
-// plan (trial, free, aws, azure, ...).
-const DefaultRateLimitClassLabel = "kyma-project.io/broker-plan-name"
 
 // validate reads the --rate-limit-* flags into r.config.
 func (r *rateLimitOptions) validate() field.ErrorList {

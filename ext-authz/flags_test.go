@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/startup/startuptest"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -90,7 +91,7 @@ func TestParseFlags(t *testing.T) {
 		{Name: "rate limit defaults", Check: ok(func(o *options) bool {
 			r := o.rateLimit.config
 			return r.Mode == "enforce" && r.Default.Rate == 100 && r.Default.Burst == 2000 && len(r.Classes) == 0 &&
-				o.rateLimit.classLabel == DefaultRateLimitClassLabel && r.MaxRuntimes == 200_000 && o.rateLimit.reportInterval == time.Minute
+				o.rateLimit.classLabel == ratelimit.DefaultClassLabel && r.MaxRuntimes == 200_000 && o.rateLimit.reportInterval == time.Minute
 		})},
 		{Name: "rate limit classes", Args: []string{"--rate-limit-mode=shadow", "--rate-limit=5/10", "--rate-limit-class-label=example.com/tier", "--rate-limit-classes=trial=1/2,big=1000/5000"},
 			Check: ok(func(o *options) bool {

@@ -9,6 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// DefaultClassLabel is the Kyma label ext-authz reads a runtime's class
+// from by default (--rate-limit-class-label): the label Kyma Environment
+// Broker sets on every Kyma CR with its service plan (trial, free, aws,
+// azure, ...).
+const DefaultClassLabel = "kyma-project.io/broker-plan-name"
+
 // Bounds of a Limit.
 const (
 	MinRate  = 0.001
