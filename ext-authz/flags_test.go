@@ -90,7 +90,7 @@ func TestParseFlags(t *testing.T) {
 				"--max-connections", "--stream-workers: Invalid value: -1", "--dry-run-paths: Invalid value: \"v2\""}},
 		{Name: "rate limit defaults", Check: ok(func(o *options) bool {
 			r := o.rateLimit.config
-			return r.Mode == "enforce" && r.Default.Rate == 100 && r.Default.Burst == 2000 && len(r.Classes) == 0 &&
+			return r.Mode == "enforce" && r.Default.Rate == 100 && r.Default.Burst == 10_000 && len(r.Classes) == 0 &&
 				o.rateLimit.classLabel == ratelimit.DefaultClassLabel && r.MaxRuntimes == 200_000 && o.rateLimit.reportInterval == time.Minute
 		})},
 		{Name: "rate limit classes", Args: []string{"--rate-limit-mode=shadow", "--rate-limit=5/10", "--rate-limit-class-label=example.com/tier", "--rate-limit-classes=trial=1/2,big=1000/5000"},

@@ -42,11 +42,11 @@ func (l Limit) String() string {
 }
 
 // ParseLimit reads "<rate>/<burst>": requests per second (a decimal
-// number) and the burst (an integer), e.g. "100/2000".
+// number) and the burst (an integer), e.g. "100/10000".
 func ParseLimit(s string) (Limit, error) {
 	rate, burst, ok := strings.Cut(s, "/")
 	if !ok {
-		return Limit{}, fmt.Errorf("%q: want <rate per second>/<burst>, e.g. 100/2000", s)
+		return Limit{}, fmt.Errorf("%q: want <rate per second>/<burst>, e.g. 100/10000", s)
 	}
 	r, err := strconv.ParseFloat(rate, 64)
 	if err != nil {

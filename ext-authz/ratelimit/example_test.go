@@ -15,7 +15,7 @@ func ExampleLimiter() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := ratelimit.New(ratelimit.Config{Mode: ratelimit.ModeEnforce, Default: ratelimit.Limit{Rate: 100, Burst: 2000}, Classes: classes})
+	l, err := ratelimit.New(ratelimit.Config{Mode: ratelimit.ModeEnforce, Default: ratelimit.Limit{Rate: 100, Burst: 10_000}, Classes: classes})
 	if err != nil {
 		panic(err)
 	}

@@ -51,14 +51,16 @@ type Limit struct {
 // Defaults. A healthy runtime sends far below DefaultRate (its webhook's
 // health reports every 30 s, heartbeats every 5 min per manager, and one
 // event per object change, at most one per object per second); its largest
-// burst is a webhook recovering after a KCP outage with its queue full
-// (10,000 events by default, docs/performance.md "skr-webhook delivery"),
-// whose first DefaultBurst go through at once and the rest at DefaultRate,
-// deferred by Retry-After, none lost. At DefaultRate one runtime takes about
-// 1 % of one ext-authz replica's Checks on 2 cores (docs/performance.md).
+// burst is a webhook replica recovering after a KCP outage with its queue
+// full: skr-webhook's --queue-size, 10,000 events by default
+// (docs/performance.md, "skr-webhook delivery"), which DefaultBurst lets
+// through at once (a second replica's backlog follows at DefaultRate,
+// deferred by Retry-After, none lost). Refilling the burst takes 100 s, so
+// over time a runtime gets DefaultRate: about 1 % of one ext-authz
+// replica's Checks on 2 cores (docs/performance.md).
 const (
 	DefaultRate           = 100
-	DefaultBurst          = 2000
+	DefaultBurst          = 10_000
 	DefaultMaxRuntimes    = 200_000
 	DefaultReportInterval = time.Minute
 	// TopOffenders is how many runtimes a report names at most.
