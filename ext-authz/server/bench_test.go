@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/identity"
 	"github.com/seed-c8be168e/runtime-watcher/test/extauthz"
+	"github.com/seed-c8be168e/runtime-watcher/test/loadgen"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
 
@@ -90,10 +92,21 @@ func benchmarkCheckInProcess(b *testing.B, withRoots bool, cfg server.Config) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0, err := loadgen.ProcessCPU(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
 	for i := 0; b.Loop(); i++ {
 		resp, err := srv.Check(ctx, extauthz.CheckRequest("m", map[string]string{contract.HeaderXFCC: reqs[i%len(reqs)]}))
 		if err != nil || resp.GetOkResponse() == nil {
 			b.Fatalf("not allowed: %v %v", resp, err)
 		}
+		n++
+	}
+	// The process's CPU time per Check (docs/architecture.md §3.14: on
+	// shared cores wall time per Check mostly measures the neighbours).
+	if cpu1, err := loadgen.ProcessCPU(os.Getpid()); err == nil && n > 0 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(n), "cpu-ns/op")
 	}
 }
