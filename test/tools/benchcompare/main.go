@@ -72,6 +72,8 @@ const (
 	// module (the same grpc-go as ext-authz; this module's OPA needs newer
 	// versions).
 	kindOPA = "opa"
+	// extAuthzLimitOff is ext-authz with --rate-limit-mode=off.
+	extAuthzLimitOff = "ext-authz, rate limit off"
 	// benchManager is the manager name of the events' path.
 	benchManager = "bench-manager"
 )
@@ -223,6 +225,18 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 		return nil, cleanup, err
 	}
 	pid := p.Cmd.Process.Pid
+	// The same binary without its rate limit per runtime (issue 42): what
+	// the limiter costs per Check. The loads spread over every runtime, so
+	// none reaches its limit: every Check is allowed by both.
+	off, err := extauthz.Start(binary, io.Discard, time.Minute, "--kubeconfig="+kcp.KubeconfigPath, "--kyma-namespace="+kymaNamespace, "--rate-limit-mode=off")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	cleanups = append(cleanups, func() { _ = off.Stop(15 * time.Second) })
+	if err := off.WaitReady(wctx); err != nil {
+		return nil, cleanup, err
+	}
+	offPID := off.Cmd.Process.Pid
 	edgeAuthz.ca, edgeAuthz.extAuthzAddr = ca, p.GRPCAddr
 	edgeAuthz.extAuthzCPU = func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }
 	edgeAuthz.runtimeID, edgeAuthz.domain = fleet.IDs[0], fleet.Domains[0]
@@ -233,14 +247,15 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 	}
 
 	c := &comparison{group: groupExtAuthz, conns: []int{16, 64}}
-	addrs := []string{"", "", p.GRPCAddr, ""}
+	addrs := []string{"", "", p.GRPCAddr, off.GRPCAddr, ""}
 	c.servers = []server{
 		{name: "always-allow (ceiling)", role: roleCeiling},
 		{name: "always-allow (twin)", role: roleTwin},
 		{name: "ext-authz", cpu: func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }},
+		{name: extAuthzLimitOff, role: rolePeer, cpu: func() (time.Duration, error) { return loadgen.ProcessCPU(offPID) }},
 		{name: "OPA " + opaVersion() + " (Rego)", role: rolePeer, everyNth: 4, closedOnly: true},
 	}
-	for i, kind := range map[int]string{0: loadgen.KindAlwaysAllow, 1: loadgen.KindAlwaysAllow, 3: kindOPA} {
+	for i, kind := range map[int]string{0: loadgen.KindAlwaysAllow, 1: loadgen.KindAlwaysAllow, 4: kindOPA} {
 		binary := serversBinary
 		if kind == kindOPA {
 			binary = os.Args[0]
