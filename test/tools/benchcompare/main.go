@@ -5,7 +5,8 @@
 //
 //   - ext_authz: the always-allow ceiling, its twin (a second identical
 //     process: the run's noise floor), ext-authz (the real binary, N Kyma
-//     CRs in a real API server) and an ext_authz server deciding with OPA (a
+//     CRs in a real API server), the same ext-authz with its rate limit per
+//     runtime off and an ext_authz server deciding with OPA (a
 //     prepared Rego SAN-pinning query over the same runtimes, as
 //     opa-envoy-plugin does), Checks over two HTTP/2 connections each (as
 //     Envoy keeps them);
@@ -16,8 +17,9 @@
 //     certificate in XFCC, as Lifecycle Manager runs it);
 //   - the whole edge (issue 32): upstream Envoy (test/envoy's static edge,
 //     istiod's listener for the kcp-gateway) without an ext_authz filter
-//     (the ceiling), its twin, with ext-authz (SAN pinning) and with OPA
-//     as the ext_authz provider, events over mTLS (HTTP/2) to a bare
+//     (the ceiling), its twin, with an always-allow ext_authz server and
+//     its twin (the mechanism's price, issue 42), with ext-authz (SAN
+//     pinning) and with OPA as the ext_authz provider, events over mTLS (HTTP/2) to a bare
 //     net/http upstream; CPU is Envoy's and the authz server's together;
 //   - the skr-webhook's admission latency with the KCP healthy, refusing and
 //     blackholed (skr-webhook's BenchmarkAdmissionLatency).
@@ -272,6 +274,8 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 		addrs[i], c.servers[i].cpu = child.Addr, child.CPU
 		if kind == kindOPA {
 			edgeAuthz.opaAddr, edgeAuthz.opaCPU = child.Addr, child.CPU
+		} else {
+			edgeAuthz.allowAddr[i], edgeAuthz.allowCPU[i] = child.Addr, child.CPU
 		}
 	}
 	checkers := make([]*loadgen.Checker, len(addrs))
