@@ -125,10 +125,10 @@ var _ = Describe("Fairness per runtime (real Envoy)", Ordered, Label("fairness")
 		q, fl := loadgen.Summarize(quiet, 0), loadgen.Summarize(flooded, 0)
 		sent, ok, limited := f.sent.Load(), f.ok.Load(), f.limited.Load()
 		AddReportEntry("fairness", fmt.Sprintf(
-			"A's limit %s/s burst %d; A sent %d requests in %s (%.0f/s, %d× its limit): %d allowed, %d answered 429 (%d with Retry-After), %d other (%v)\n"+
+			"A's limit %s/s burst %d; A sent %d requests in %s (%.0f/s, %d× its limit): %d allowed, %d answered 429 (%d with Retry-After), %d 503 of a listener replica, %d other (%v)\n"+
 				"B's write→operator over %d writes each: quiet p50 %s p99 %s max %s; under A's flood p50 %s p99 %s max %s (p99 %.2f× quiet)",
 			fmt.Sprint(limit.Rate), limit.Burst, sent, took.Round(time.Millisecond), float64(sent)/took.Seconds(), timesLimit, ok, limited, f.retryAfter.Load(),
-			f.otherCount(), f.otherStatuses(), writes, q.P50, q.P99, q.Max, fl.P50, fl.P99, fl.Max, float64(fl.P99)/float64(q.P99)))
+			f.unavailable.Load(), f.otherCount(), f.otherStatuses(), writes, q.P50, q.P99, q.Max, fl.P50, fl.P99, fl.Max, float64(fl.P99)/float64(q.P99)))
 
 		Expect(limited).To(BeNumerically(">", 0), "the flooder got no 429")
 		Expect(f.retryAfter.Load()).To(Equal(limited), "a 429 without Retry-After")
@@ -210,8 +210,11 @@ type flooder struct {
 	n      sample
 
 	sent, ok, limited, retryAfter atomic.Int64
-	mu                            sync.Mutex
-	other                         map[string]int
+	// unavailable: 503s of the listener (a replica that is not the
+	// leader, when Envoy's retries met it again): not the edge's refusal
+	unavailable atomic.Int64
+	mu          sync.Mutex
+	other       map[string]int
 }
 
 type answer struct {
@@ -271,6 +274,8 @@ func (f *flooder) flood(ctx context.Context, rate float64) {
 			switch a.status {
 			case http.StatusOK:
 				f.ok.Add(1)
+			case http.StatusServiceUnavailable:
+				f.unavailable.Add(1)
 			case http.StatusTooManyRequests:
 				f.limited.Add(1)
 				if a.header.Get("Retry-After") != "" && a.header.Get(contract.HeaderDenyReason) == string(contract.ReasonRateLimited) {
