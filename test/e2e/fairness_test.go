@@ -41,7 +41,7 @@ import (
 var _ = Describe("Fairness per runtime (real Envoy)", Ordered, Label("fairness"), func() {
 	const (
 		writes     = 100 // per phase: p99 is the second slowest
-		objects    = 20 // B's objects the writes rotate over (the webhook sends one object at most once per second)
+		objects    = 20  // B's objects the writes rotate over (the webhook sends one object at most once per second)
 		timesLimit = 20
 	)
 	var (
