@@ -257,7 +257,7 @@ func (f *flooder) flood(ctx context.Context, rate float64) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	start := time.Now()
-	for i := 0; ; i++ {
+	for i := 0; ctx.Err() == nil; i++ {
 		if float64(i) >= rate*time.Since(start).Seconds() {
 			select {
 			case <-ctx.Done():
