@@ -104,7 +104,7 @@ bench: envtest-assets ## Run the benchmarks (figures in their output; about 15 m
 BENCH_COMPARE_N ?= 5
 
 .PHONY: bench-compare
-bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http and Kyma's listener, of the whole edge (Envoy + ext-authz vs Envoy without ext_authz, a twin and Envoy + OPA), and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, about 15 minutes).
+bench-compare: envtest-assets ## Cost of ext-authz vs its always-allow ceiling, a twin ceiling and OPA, of the listener vs bare net/http and Kyma's listener, of the whole edge (Envoy + ext-authz vs Envoy without ext_authz, a twin, Envoy + an always-allow ext_authz server and its twin, and Envoy + OPA), and webhook latency: CPU per request, latency at half the ceiling's rate, goals; one table (bin/bench-compare.md); BENCH_COMPARE_N repetitions (default 5, about 15 minutes).
 	@# Its own module (test/tools/benchcompare: OPA stays out of the product's go.mod);
 	@# the other servers run from test/loadgen/servers, built from the product's module,
 	@# and Kyma's listener from test/tools/kymalistener (its own module, too).

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/filewatch"
 	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
@@ -45,6 +47,19 @@ type options struct {
 	otlpEndpoint  string
 	signingKey    string
 	keyGrace      time.Duration
+	rateLimit     rateLimitOptions
+}
+
+// rateLimitOptions are the --rate-limit-* flags (package ratelimit).
+type rateLimitOptions struct {
+	mode           string
+	limit          string // "<rate>/<burst>"
+	classLabel     string
+	classes        string // "<class>=<rate>/<burst>,..."
+	maxRuntimes    int
+	reportInterval time.Duration
+
+	config ratelimit.Config // what validate read from the flags
 }
 
 // parseFlags parses and validates args (without the program name). -h and
@@ -73,6 +88,12 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.decisionLog.MaxLinesPerSecond, "decision-log-max-lines-per-second", decisionlog.DefaultMaxLinesPerSec, "decision log lines per second at most (refusals and sampled allows; more are dropped and counted); 0 turns the decision log off")
 	fs.BoolVar(&o.dryRun.All, "dry-run", false, "decide, log and count every Check with mode=dry-run but allow it (roll-out of SAN pinning; never in production for long)")
 	dryRunPaths := fs.String("dry-run-paths", "", "comma-separated request path prefixes (whole segments, e.g. /v2/lifecycle-manager) whose Checks run in dry-run")
+	fs.StringVar(&o.rateLimit.mode, "rate-limit-mode", ratelimit.ModeEnforce, "per-runtime rate limit after SAN pinning: enforce (over the limit: HTTP 429 with Retry-After), shadow (over the limit: allowed, counted and named in the decision log) or off")
+	fs.StringVar(&o.rateLimit.limit, "rate-limit", ratelimit.Limit{Rate: ratelimit.DefaultRate, Burst: ratelimit.DefaultBurst}.String(), "fair share of a runtime whose class has no limit of its own: <requests per second>/<burst>")
+	fs.StringVar(&o.rateLimit.classLabel, "rate-limit-class-label", ratelimit.DefaultClassLabel, "label of the Kyma CR whose value is the runtime's class for --rate-limit-classes; empty: no classes")
+	fs.StringVar(&o.rateLimit.classes, "rate-limit-classes", "", "comma-separated <class>=<requests per second>/<burst>, limits of the runtimes whose Kyma carries --rate-limit-class-label=<class>, e.g. trial=10/200")
+	fs.IntVar(&o.rateLimit.maxRuntimes, "rate-limit-max-runtimes", ratelimit.DefaultMaxRuntimes, "buckets kept at most (about 80 bytes each); idle runtimes have none; beyond it a bucket is evicted (counted) and its runtime starts again with a full burst")
+	fs.DurationVar(&o.rateLimit.reportInterval, "rate-limit-report-interval", ratelimit.DefaultReportInterval, "how often the decision log names the runtimes most often over their limit (at most 10) and idle buckets are removed")
 	fs.StringVar(&o.otlpEndpoint, "otlp-traces-endpoint", "", "OTLP/gRPC collector for Check spans (http://host:4317 plaintext, https://… TLS); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing")
 
 	fs.StringVar(&o.signingKey, "identity-signing-key-file", "", "PEM Ed25519 private key (PKCS#8, cert-manager's tls.key) that signs the identity of every allow (header "+contract.HeaderIdentitySignature+", verified by the listeners and vs-controller's health port: docs/security.md \"Routes cannot speak for a runtime\"); reloaded when it changes; empty: no signature")
@@ -136,6 +157,7 @@ func (o *options) validate(fs *flag.FlagSet, dryRunPaths string) field.ErrorList
 			o.dryRun.PathPrefixes = append(o.dryRun.PathPrefixes, p)
 		}
 	}
+	errs = append(errs, o.rateLimit.validate()...)
 	if err := tracing.ValidateEndpoint(o.otlpEndpoint); err != nil {
 		errs = append(errs, field.Invalid(startup.Flag("otlp-traces-endpoint"), o.otlpEndpoint, err.Error()))
 	}
@@ -169,4 +191,35 @@ func validAddr(addr string) error {
 		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
+}
+
+// validate reads the --rate-limit-* flags into r.config.
+func (r *rateLimitOptions) validate() field.ErrorList {
+	var errs field.ErrorList
+	switch r.mode {
+	case ratelimit.ModeEnforce, ratelimit.ModeShadow, ratelimit.ModeOff:
+	default:
+		errs = append(errs, field.NotSupported(startup.Flag("rate-limit-mode"), r.mode, []string{ratelimit.ModeEnforce, ratelimit.ModeShadow, ratelimit.ModeOff}))
+	}
+	def, err := ratelimit.ParseLimit(r.limit)
+	if err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("rate-limit"), r.limit, err.Error()))
+	}
+	classes, err := ratelimit.ParseClasses(r.classes)
+	if err != nil {
+		errs = append(errs, field.Invalid(startup.Flag("rate-limit-classes"), r.classes, err.Error()))
+	}
+	if r.classLabel != "" {
+		if e := validation.IsQualifiedName(r.classLabel); len(e) > 0 {
+			errs = append(errs, field.Invalid(startup.Flag("rate-limit-class-label"), r.classLabel, strings.Join(e, "; ")))
+		}
+	} else if len(classes) > 0 {
+		errs = append(errs, field.Invalid(startup.Flag("rate-limit-classes"), r.classes, "needs --rate-limit-class-label"))
+	}
+	errs = startup.Collect(errs,
+		startup.IntRange("rate-limit-max-runtimes", r.maxRuntimes, 1, 10_000_000),
+		startup.DurationRange("rate-limit-report-interval", r.reportInterval, time.Second, time.Hour),
+	)
+	r.config = ratelimit.Config{Mode: r.mode, Default: def, Classes: classes, MaxRuntimes: r.maxRuntimes}
+	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/startup/startuptest"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -87,6 +88,23 @@ func TestParseFlags(t *testing.T) {
 		{Name: "every problem at once", Args: []string{"--kyma-namespace=KCP", "--api-timeout=0s", "--stream-workers=-1", "--dry-run-paths=v2", "--max-connections=0", "--grpc-addr=:x"},
 			WantErr: []string{"--grpc-addr: Invalid value: \":x\"", "--kyma-namespace: Invalid value: \"KCP\"", "--api-timeout: Invalid value: \"0s\": must be positive",
 				"--max-connections", "--stream-workers: Invalid value: -1", "--dry-run-paths: Invalid value: \"v2\""}},
+		{Name: "rate limit defaults", Check: ok(func(o *options) bool {
+			r := o.rateLimit.config
+			return r.Mode == "enforce" && r.Default.Rate == 100 && r.Default.Burst == 10_000 && len(r.Classes) == 0 &&
+				o.rateLimit.classLabel == ratelimit.DefaultClassLabel && r.MaxRuntimes == 200_000 && o.rateLimit.reportInterval == time.Minute
+		})},
+		{Name: "rate limit classes", Args: []string{"--rate-limit-mode=shadow", "--rate-limit=5/10", "--rate-limit-class-label=example.com/tier", "--rate-limit-classes=trial=1/2,big=1000/5000"},
+			Check: ok(func(o *options) bool {
+				r := o.rateLimit.config
+				return r.Mode == "shadow" && r.Default.Rate == 5 && r.Default.Burst == 10 && o.rateLimit.classLabel == "example.com/tier" &&
+					len(r.Classes) == 2 && r.Classes["trial"].Burst == 2 && r.Classes["big"].Rate == 1000
+			})},
+		{Name: "rate limit off", Args: []string{"--rate-limit-mode=off"}, Check: ok(func(o *options) bool { return o.rateLimit.mode == "off" })},
+		{Name: "rate limit bad", Args: []string{"--rate-limit-mode=on", "--rate-limit=0/1", "--rate-limit-class-label=", "--rate-limit-classes=a=1/1",
+			"--rate-limit-max-runtimes=0", "--rate-limit-report-interval=0s"},
+			WantErr: []string{"--rate-limit-mode: Unsupported value: \"on\"", "--rate-limit: Invalid value: \"0/1\"", "--rate-limit-classes: Invalid value: \"a=1/1\": needs --rate-limit-class-label",
+				"--rate-limit-max-runtimes", "--rate-limit-report-interval"}},
+		{Name: "rate limit bad class label", Args: []string{"--rate-limit-class-label=a b"}, WantErr: []string{"--rate-limit-class-label"}},
 		{Name: "positional argument", Args: []string{"serve"}, WantErr: []string{"unexpected arguments"}},
 	})
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/cafile"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/framelimit"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/server"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/streamlimit"
 	"github.com/seed-c8be168e/runtime-watcher/filewatch"
@@ -78,6 +79,9 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		return err
 	}
 	kymas := kymastore.New()
+	if o.rateLimit.mode != ratelimit.ModeOff {
+		kymas.ClassLabel = o.rateLimit.classLabel
+	}
 	a, err := authorize(ctx, o, reg, kymas, log)
 	if err != nil {
 		return err
@@ -101,10 +105,14 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		// Likewise: a bad key file keeps the key in use.
 		go func() { _ = a.keyFile.Run(ctx) }()
 	}
+	if a.limiter != nil {
+		go a.limiter.Run(ctx, o.rateLimit.reportInterval, nil, log.WithName("decision"))
+	}
 	go followReadiness(ctx, kymas, a, s.health, log)
 	log.Info("ext-authz started", "grpcAddr", lis.grpc.Addr().String(), "healthAddr", lis.health.Addr().String(),
 		"metricsAddr", lis.metrics.Addr().String(), "kymaNamespace", o.kymaNamespace, "caFile", o.caFile, "version", version.Get(),
-		"dryRun", o.dryRun.All, "dryRunPaths", o.dryRun.PathPrefixes)
+		"dryRun", o.dryRun.All, "dryRunPaths", o.dryRun.PathPrefixes, "rateLimitMode", o.rateLimit.mode, "rateLimit", o.rateLimit.limit,
+		"rateLimitClassLabel", o.rateLimit.classLabel, "rateLimitClasses", o.rateLimit.classes)
 
 	var runErr error
 	select {
@@ -169,12 +177,14 @@ type authorizer struct {
 	ready       atomic.Bool // Checks are answered (not 503) once true
 	caFile      *cafile.Watcher
 	keyFile     *filewatch.Watcher // --identity-signing-key-file
+	limiter     *ratelimit.Limiter // nil: --rate-limit-mode=off
 	readiness   readiness
 	flushTraces func(grace time.Duration)
 }
 
 // authorize builds the Check server: SAN pinning (with --ca-file, also
-// the chain, its roots reloaded), the decision log, tracing.
+// the chain, its roots reloaded), the rate limit per runtime, the decision
+// log, tracing.
 func authorize(ctx context.Context, o *options, reg *prometheus.Registry, kymas *kymastore.Store, log logr.Logger) (*authorizer, error) {
 	a := &authorizer{flushTraces: func(time.Duration) {}}
 	metrics, err := server.NewMetrics(reg)
@@ -210,6 +220,14 @@ func authorize(ctx context.Context, o *options, reg *prometheus.Registry, kymas 
 		}
 	} else {
 		log.Info("no --identity-signing-key-file: allows carry no identity signature; listeners and vs-controller that verify it refuse them")
+	}
+	if o.rateLimit.mode != ratelimit.ModeOff {
+		rc := o.rateLimit.config
+		rc.Registerer = reg
+		if a.limiter, err = ratelimit.New(rc); err != nil {
+			return nil, err
+		}
+		cfg.Limiter = a.limiter
 	}
 	tp, err := tracing.Setup(ctx, tracing.Options{Endpoint: o.otlpEndpoint, Service: "ext-authz", Getenv: os.Getenv})
 	if err != nil {

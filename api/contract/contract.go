@@ -137,6 +137,9 @@ const (
 	// ReasonRevoked: the certificate was issued before the runtime's
 	// current one and is retired (AnnotationRetiredCertificates).
 	ReasonRevoked DenyReason = "revoked"
+	// ReasonRateLimited: the pinned runtime is over its rate limit
+	// (ext-authz answers 429 with Retry-After).
+	ReasonRateLimited DenyReason = "rate-limited"
 )
 
 // DenyBody is the JSON body of a deny response: {"reason": ..., "message": ...}.

@@ -14,7 +14,10 @@
 //     x-watcher-deny-reason and a JSON body {"reason","message"};
 //   - not ready (cache not synced) or a failed lookup: status UNAVAILABLE
 //     and DeniedHttpResponse 503 with reason not-ready, so Envoy answers 503
-//     and never allows.
+//     and never allows;
+//   - allowed, but the runtime is over its rate limit (Config.Limiter,
+//     package ratelimit): status RESOURCE_EXHAUSTED, DeniedHttpResponse 429
+//     with Retry-After and reason rate-limited.
 //
 // Every decision is counted in Prometheus (by result, reason and mode) and
 // written to the decision log (package decisionlog: every refusal, allows
@@ -41,6 +44,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/decisionlog"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/identity/assertion"
 	"github.com/seed-c8be168e/runtime-watcher/identity/pinning"
 	"github.com/seed-c8be168e/runtime-watcher/tracing"
@@ -142,6 +146,9 @@ type Config struct {
 	// vs-controller's health port to verify (docs/security.md, "Routes
 	// cannot speak for a runtime"). Nil: no signature.
 	Signer *assertion.Signer
+	// Limiter, when set, limits each allowed runtime to its fair share
+	// (limit, ratelimited.go). Nil: no limit and no cost.
+	Limiter *ratelimit.Limiter
 }
 
 // Server implements authv3.AuthorizationServer.
@@ -192,7 +199,11 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		mode = ModeDryRun
 	}
 	var resp *authv3.CheckResponse
+	if d.result == ResultAllow && s.cfg.Limiter != nil {
+		resp = s.limit(&d, start, dry)
+	}
 	switch {
+	case resp != nil: // over the rate limit
 	case d.result == ResultAllow:
 		resp = allowed(d.id, httpReq, s.sign(d.id, httpReq))
 	case dry:
@@ -204,7 +215,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	}
 	took := time.Since(start)
 	if s.metrics != nil {
-		if d.result == ResultAllow {
+		if d.result == ResultAllow && d.reason == "" {
 			s.metrics.allows[b2i(dry)].Inc()
 		} else {
 			s.metrics.decisions.WithLabelValues(d.result, d.reason, mode).Inc()
@@ -219,7 +230,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		}
 		span.End()
 	}
-	if d.result != ResultAllow || s.cfg.Log.SampleAllow() {
+	if !rateLimitReason(d.reason) && (d.result != ResultAllow || s.cfg.Log.SampleAllow()) {
 		e := &decisionlog.Entry{
 			Mode: mode, Result: d.result, Reason: d.reason, Runtime: d.id.RuntimeID, Fingerprint: d.id.Fingerprint,
 			Path: httpReq.GetPath(), RequestID: httpReq.GetId(), Message: d.message, Duration: took, Err: d.err,

@@ -11,3 +11,7 @@ import (
 func (s *Store) RunListWatch(ctx context.Context, lw *toolscache.ListWatch) error {
 	return s.run(ctx, lw, "test")
 }
+
+// TrimKeeping is ListWatch's trimming with the labels it keeps besides
+// the runtime-id label (the Store's ClassLabel).
+var TrimKeeping = trim

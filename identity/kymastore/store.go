@@ -3,9 +3,10 @@
 // metadata (Trim), a paginated, trimmed list and watch of the Kyma CRs of
 // one namespace (ListWatch), and ext-authz's in-memory Store fed by it. The
 // Store keeps of each Kyma CR only its name, runtime-id label,
-// skr-domain annotation and retired-certificates annotation (parsed once,
-// 24 bytes) and whether its deletion was asked for, indexed by name and by
-// label; it is a
+// skr-domain annotation, retired-certificates annotation (parsed once,
+// 24 bytes), whether its deletion was asked for and, when ClassLabel is
+// set, the value of that label (the runtime's rate-limit class), indexed by
+// name and by label; it is a
 // pinning.RuntimeLookup through pinning.LookupInIndex, the same precedence
 // code as identity.NewKymaLookup over a controller-runtime cache (label
 // before name; several Kymas with one label are an error), answered from
@@ -26,6 +27,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,12 +52,17 @@ type kyma struct {
 	label    string // kyma-project.io/runtime-id; "" when missing or empty
 	domain   string // skr-domain annotation, raw; "" when not set
 	retired  pinning.Retirement
-	deleting bool // its deletion was asked for (finalizers may keep it)
+	deleting bool   // its deletion was asked for (finalizers may keep it)
+	class    string // value of the Store's ClassLabel, interned; "" when none
 }
 
 // Store holds the Kyma CRs of one namespace. Run feeds it; LookupRuntime
 // reads it. The zero value is not usable: use New.
 type Store struct {
+	// ClassLabel, when set before Run, is the label whose value is a
+	// runtime's class (pinning.Runtime.Class): ext-authz's rate limits.
+	ClassLabel string
+
 	mu      sync.RWMutex
 	byName  map[string]kyma
 	byLabel map[string][]string // label value -> names of the Kymas carrying it
@@ -130,17 +137,17 @@ func (x storeIndex) KymasLabelled(_ context.Context, id string) (int, pinning.Ky
 		return 0, pinning.KymaRef{}, nil
 	}
 	k := x.s.byName[names[0]]
-	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain, Retired: k.retired, Deleting: k.deleting}, nil
+	return len(names), pinning.KymaRef{Name: names[0], Label: k.label, SKRDomain: k.domain, Retired: k.retired, Deleting: k.deleting, Class: k.class}, nil
 }
 
 func (x storeIndex) KymaNamed(_ context.Context, name string) (pinning.KymaRef, bool, error) {
 	k, ok := x.s.byName[name]
-	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain, Retired: k.retired, Deleting: k.deleting}, ok, nil
+	return pinning.KymaRef{Name: name, Label: k.label, SKRDomain: k.domain, Retired: k.retired, Deleting: k.deleting, Class: k.class}, ok, nil
 }
 
 // entryOf reads a stored object: a Kyma as metadata, or the last state of a
 // deleted one.
-func entryOf(obj any) (name string, k kyma, err error) {
+func (s *Store) entryOf(obj any) (name string, k kyma, err error) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -153,6 +160,9 @@ func entryOf(obj any) (name string, k kyma, err error) {
 		retired: pinning.RetirementOf(m.Annotations[contract.AnnotationRetiredCertificates]), deleting: m.DeletionTimestamp != nil}
 	if k.label == name {
 		k.label = name // one string for both (the common case)
+	}
+	if v := m.Labels[s.ClassLabel]; s.ClassLabel != "" && v != "" {
+		k.class = unique.Make(v).Value() // a few classes over many Kymas
 	}
 	return name, k, nil
 }
@@ -195,7 +205,7 @@ func (s *Store) remove(name string) {
 func (s *Store) Add(obj any) error { return s.Update(obj) }
 
 func (s *Store) Update(obj any) error {
-	name, k, err := entryOf(obj)
+	name, k, err := s.entryOf(obj)
 	if err != nil {
 		return err
 	}
@@ -206,7 +216,7 @@ func (s *Store) Update(obj any) error {
 }
 
 func (s *Store) Delete(obj any) error {
-	name, _, err := entryOf(obj)
+	name, _, err := s.entryOf(obj)
 	if err != nil {
 		return err
 	}
@@ -220,7 +230,7 @@ func (s *Store) Delete(obj any) error {
 func (s *Store) Replace(list []any, _ string) error {
 	fresh := &Store{byName: make(map[string]kyma, len(list)), byLabel: make(map[string][]string)}
 	for _, obj := range list {
-		name, k, err := entryOf(obj)
+		name, k, err := s.entryOf(obj)
 		if err != nil {
 			return err
 		}
@@ -253,12 +263,20 @@ func Trim(obj any) (any, error) {
 	return obj, nil
 }
 
-func trim(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+func trim(m *metav1.PartialObjectMetadata, keepLabels ...string) *metav1.PartialObjectMetadata {
 	t := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta}
 	t.Name, t.Namespace, t.UID, t.ResourceVersion = m.Name, m.Namespace, m.UID, m.ResourceVersion
 	t.DeletionTimestamp = m.DeletionTimestamp
 	if v := m.Labels[contract.LabelRuntimeID]; v != "" {
 		t.Labels = map[string]string{contract.LabelRuntimeID: v}
+	}
+	for _, l := range keepLabels {
+		if v := m.Labels[l]; v != "" {
+			if t.Labels == nil {
+				t.Labels = map[string]string{}
+			}
+			t.Labels[l] = v
+		}
 	}
 	for _, key := range []string{contract.AnnotationSKRDomain, contract.AnnotationRetiredCertificates} {
 		if v, ok := m.Annotations[key]; ok {
@@ -272,11 +290,11 @@ func trim(m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 }
 
 // ListWatch lists and watches the Kyma CRs (resource gvr) of namespace as
-// metadata, trimmed by Trim. Its initial list is paginated (a list at
+// metadata, trimmed by Trim (keeping also the labels keepLabels). Its initial list is paginated (a list at
 // resourceVersion "0" would be served whole from the API server's watch
 // cache; "" honours the page limit) and each page trimmed before the next
 // one is read.
-func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace string) (*toolscache.ListWatch, error) {
+func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace string, keepLabels ...string) (*toolscache.ListWatch, error) {
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("metadata client: %w", err)
@@ -295,7 +313,7 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 				return nil, err
 			}
 			for i := range list.Items {
-				list.Items[i] = *trim(&list.Items[i])
+				list.Items[i] = *trim(&list.Items[i], keepLabels...)
 			}
 			return list, nil
 		},
@@ -309,7 +327,7 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 				switch e.Type {
 				case watch.Added, watch.Modified, watch.Deleted:
 					if m, ok := e.Object.(*metav1.PartialObjectMetadata); ok {
-						e.Object = trim(m)
+						e.Object = trim(m, keepLabels...)
 					}
 				}
 				return e, true
@@ -321,7 +339,11 @@ func ListWatch(cfg *rest.Config, gvr schema.GroupVersionResource, namespace stri
 // Run lists and watches the Kyma CRs of namespace into s until ctx is done
 // (the reflector retries failed lists and watches with backoff).
 func (s *Store) Run(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource, namespace string) error {
-	lw, err := ListWatch(cfg, gvr, namespace)
+	var keep []string
+	if s.ClassLabel != "" {
+		keep = []string{s.ClassLabel}
+	}
+	lw, err := ListWatch(cfg, gvr, namespace, keep...)
 	if err != nil {
 		return err
 	}

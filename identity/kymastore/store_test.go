@@ -222,3 +222,30 @@ func TestStoreRetiredAndDeleting(t *testing.T) {
 		t.Fatal("the retirement was not read")
 	}
 }
+
+// TestStoreClass: with ClassLabel set, the lookup carries the label's
+// value as the runtime's class (ext-authz's rate limits), and ListWatch's
+// trimming keeps that label; without it, no class.
+func TestStoreClass(t *testing.T) {
+	m := meta("kyma-b", "b", "b.example.com") // labels: runtime-id b, team x
+	got := kymastore.TrimKeeping(m.DeepCopy(), "team")
+	if len(got.Labels) != 2 || got.Labels["team"] != "x" || got.Labels[contract.LabelRuntimeID] != "b" {
+		t.Errorf("trim keeping team = %v", got.Labels)
+	}
+	noRuntimeLabel := meta("kyma-c", "", "c.example.com")
+	noRuntimeLabel.Labels = map[string]string{"team": "y"}
+	if got := kymastore.TrimKeeping(noRuntimeLabel, "team"); len(got.Labels) != 1 || got.Labels["team"] != "y" {
+		t.Errorf("trim keeping team of a Kyma without runtime-id label = %v", got.Labels)
+	}
+	for _, tc := range []struct{ classLabel, want string }{{"team", "x"}, {"", ""}, {"plan", ""}} {
+		s := kymastore.New()
+		s.ClassLabel = tc.classLabel
+		if err := s.Replace([]any{got, m}, "1"); err != nil {
+			t.Fatal(err)
+		}
+		rt, found, err := lookup(t, s, "b")
+		if err != nil || !found || rt.Class != tc.want {
+			t.Errorf("ClassLabel %q: LookupRuntime(b) = %+v, %v, %v; want class %q", tc.classLabel, rt, found, err, tc.want)
+		}
+	}
+}

@@ -14,6 +14,9 @@ type KymaRef struct {
 	SKRDomain string // raw value of the skr-domain annotation; "" when not set
 	Retired   Retirement
 	Deleting  bool // the Kyma's deletion was asked for
+	// Class is the value of the label that names the runtime's class for
+	// ext-authz's rate limits (kymastore.Store.ClassLabel); "" when none.
+	Class string
 }
 
 // KymaIndex finds the Kyma CRs of one namespace by runtime-id label and by
@@ -45,11 +48,11 @@ func LookupInIndex(ctx context.Context, idx KymaIndex, runtimeID string) (Runtim
 	case n > 1:
 		return Runtime{}, false, fmt.Errorf("%d Kyma CRs carry label %s=%s", n, contract.LabelRuntimeID, runtimeID)
 	case n == 1:
-		return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain, Retired: k.Retired, Deleting: k.Deleting}, true, nil
+		return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain, Retired: k.Retired, Deleting: k.Deleting, Class: k.Class}, true, nil
 	}
 	k, found, err := idx.KymaNamed(ctx, runtimeID)
 	if err != nil || !found || k.Label != "" && k.Label != runtimeID {
 		return Runtime{}, false, err // unknown, or labelled for another runtime
 	}
-	return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain, Retired: k.Retired, Deleting: k.Deleting}, true, nil
+	return Runtime{ID: runtimeID, KymaName: k.Name, SKRDomain: k.SKRDomain, Retired: k.Retired, Deleting: k.Deleting, Class: k.Class}, true, nil
 }

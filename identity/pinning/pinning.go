@@ -28,6 +28,7 @@ type Runtime struct {
 	// Deleting: the Kyma's deletion was asked for (its finalizers may keep
 	// it for a while); SAN pinning refuses its runtime from then on.
 	Deleting bool
+	Class    string // the runtime's rate-limit class (KymaRef.Class); "" when none
 }
 
 // RuntimeLookup finds the Kyma CR of a runtime ID. found=false: no such
@@ -42,6 +43,7 @@ type RuntimeLookup interface {
 type Identity struct {
 	RuntimeID string // certificate CN
 	SKRDomain string // the Kyma annotation value, lowercased, trailing dot removed
+	Class     string // the runtime's rate-limit class (Runtime.Class), "" when none
 	// Fingerprint is the SHA-256 of the certificate's DER once it was
 	// decoded (also on a refusal; zero before), for logs: it names the
 	// certificate without carrying it.
@@ -170,7 +172,7 @@ func (v *Verifier) Verify(ctx context.Context, xfccHeader string, sourceCertPEM 
 		return id, deny(contract.ReasonRevoked, "the certificate of runtime %q (valid from %s) is retired: %s", id.RuntimeID,
 			cert.notBefore.UTC().Format(time.RFC3339), rt.Retired)
 	}
-	id.SKRDomain = domain
+	id.SKRDomain, id.Class = domain, rt.Class
 	return id, nil
 }
 

@@ -195,7 +195,7 @@ func New(cfg Config, sender Sender, log logr.Logger) *Dispatcher {
 		cfg:   cfg,
 		clock: cfg.Clock,
 		queue: NewQueue(QueueConfig{
-			Capacity: cfg.QueueSize, Interval: cfg.ObjectInterval, Clock: cfg.Clock,
+			Capacity: cfg.QueueSize, Interval: cfg.ObjectInterval, Clock: cfg.Clock, MaxHolds: cfg.MaxManagers,
 		}),
 		sender:   sender,
 		log:      log,

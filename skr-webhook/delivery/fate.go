@@ -55,6 +55,11 @@ func (d *Dispatcher) attempt(l *Lease) {
 //	  older than MaxRetryAge
 //	  … of a manager the managers   dropped, counted "manager_removed" -
 //	  file no longer names
+//	  … 429 or 503 with             retried as above                   held: none of its deliveries
+//	  Retry-After                                                      (resyncs, heartbeats included)
+//	                                                                   goes before Retry-After ends
+//	                                                                   (capped at MaxDelay); other
+//	                                                                   managers go on
 //
 // Whenever the queue needs room for a re-sent or retried event it drops
 // its oldest pending entries: they are counted "overflow" and their
@@ -110,6 +115,9 @@ func (d *Dispatcher) settle(l *Lease, ev contract.WatchEvent, r Result) {
 			expireBefore = now.Add(-d.cfg.MaxRetryAge)
 		}
 		delay := d.backoff(l.Attempt, r.RetryAfter)
+		if holdsManager(r) && d.queue.Hold(l.Key.Manager, now.Add(min(r.RetryAfter, d.cfg.MaxDelay))) {
+			d.metrics.held.Inc()
+		}
 		requeued, dropped := d.queue.Retry(l, now.Add(delay), expireBefore)
 		d.overflowed(dropped)
 		if !requeued {
@@ -126,6 +134,15 @@ func (d *Dispatcher) settle(l *Lease, ev contract.WatchEvent, r Result) {
 				"in", delay.String(), "status", r.Status, "error", errString(r.Err))
 		}
 	}
+}
+
+// holdsManager reports whether an answer holds its manager's deliveries:
+// the KCP's "too many requests" (ext-authz's rate limit per runtime) or
+// "unavailable" (a listener replica that cannot hand the event on) with a
+// Retry-After. A change made meanwhile still ends in an event or, when
+// the queue needs room, in an overflow resync (Queue.Hold).
+func holdsManager(r Result) bool {
+	return r.RetryAfter > 0 && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable)
 }
 
 // recovered notes a delivery: when the KCP answers again after an outage

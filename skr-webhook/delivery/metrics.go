@@ -20,6 +20,7 @@ type metrics struct {
 	heartbeatsSent   prometheus.Counter
 	heartbeatsFailed prometheus.Counter
 	managersRefused  prometheus.Counter
+	held             prometheus.Counter
 	// tlsFailures: attempts that failed in the TLS handshake (tlsfailure.go).
 	tlsFailures prometheus.Counter
 }
@@ -80,6 +81,10 @@ func newMetrics(reg prometheus.Registerer, d *Dispatcher) *metrics {
 			Name: "runtime_watcher_skr_webhook_managers_refused_total",
 			Help: "Managers not made known because the bound of known managers was reached (they get no resyncs or heartbeats).",
 		}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runtime_watcher_skr_webhook_manager_holds_total",
+			Help: "Answers 429 or 503 with Retry-After that held all deliveries of their manager until then (ext-authz's rate limit per runtime, a listener replica that cannot hand events on).",
+		}),
 		tlsFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "runtime_watcher_skr_webhook_tls_failures_total",
 			Help: "Delivery attempts that failed in the TLS handshake (an untrusted gateway certificate, or the gateway refused the client certificate); they are retried.",
@@ -98,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, d *Dispatcher) *metrics {
 	if reg != nil {
 		q := d.queue
 		reg.MustRegister(m.accepted, m.coalesced, m.delivered, m.retried, m.dropped, m.latency, m.attemptDuration,
-			m.attempts, m.resyncsRequested, m.resyncsSent, m.heartbeatsSent, m.heartbeatsFailed, m.managersRefused, m.tlsFailures,
+			m.attempts, m.resyncsRequested, m.resyncsSent, m.heartbeatsSent, m.heartbeatsFailed, m.managersRefused, m.held, m.tlsFailures,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "runtime_watcher_skr_webhook_queue_depth",
 				Help: "Deliveries owed: pending entries (new or waiting to retry, resyncs and heartbeats included) plus in-flight ones changed meanwhile.",

@@ -120,6 +120,8 @@ type QueueConfig struct {
 	Interval time.Duration
 	// Clock is the clock (times and timers); the real one when nil.
 	Clock clock.WithTicker
+	// MaxHolds bounds the managers held at once (Hold); 1024 when 0.
+	MaxHolds int
 }
 
 // Queue is a bounded, coalescing, delaying work queue keyed by Key. Add
@@ -143,8 +145,10 @@ type Queue struct {
 	dirty   int           // in-flight items changed meanwhile
 	seq     uint64
 	closed  bool
-	wake    chan struct{} // one token: "the heap changed"
-	done    chan struct{} // closed by Close
+	// holds: managers whose deliveries wait until the time given (Hold).
+	holds map[string]time.Time
+	wake  chan struct{} // one token: "the heap changed"
+	done  chan struct{} // closed by Close
 }
 
 // NewQueue returns an empty queue.
@@ -155,7 +159,10 @@ func NewQueue(cfg QueueConfig) *Queue {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Queue{cfg: cfg, items: map[Key]*item{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if cfg.MaxHolds <= 0 {
+		cfg.MaxHolds = 1024
+	}
+	return &Queue{cfg: cfg, items: map[Key]*item{}, holds: map[string]time.Time{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (q *Queue) signal() {
@@ -322,17 +329,24 @@ func (q *Queue) tryGet() (l *Lease, wait time.Duration, finished bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.cfg.Clock.Now()
-	if len(q.ctrl) > 0 && !q.ctrl[0].due.After(now) {
+	for len(q.ctrl) > 0 && !q.ctrl[0].due.After(now) {
+		if q.postpone(&q.ctrl, now) {
+			continue
+		}
 		it := heap.Pop(&q.ctrl).(*item)
 		return q.lease(it, now), 0, false
 	}
 	for len(q.heap) > 0 && !q.heap[0].due.After(now) {
-		it := heap.Pop(&q.heap).(*item)
-		if it.state == stateCooling {
+		if q.heap[0].state == stateCooling {
+			it := heap.Pop(&q.heap).(*item)
 			q.cooling.Remove(it.elem)
 			delete(q.items, it.key)
 			continue
 		}
+		if q.postpone(&q.heap, now) {
+			continue
+		}
+		it := heap.Pop(&q.heap).(*item)
 		q.pending.Remove(it.elem)
 		it.elem = nil
 		return q.lease(it, now), 0, false
@@ -350,6 +364,72 @@ func (q *Queue) tryGet() (l *Lease, wait time.Duration, finished bool) {
 		return nil, -1, false
 	}
 	return nil, next.due.Sub(now), false
+}
+
+// Hold makes every delivery of manager wait until until (a Retry-After of
+// the KCP for it): pending ones, retries and new ones alike, resyncs and
+// heartbeats too; other managers are not affected. A later hold extends an
+// earlier one, never shortens it. Changes keep coalescing meanwhile and
+// still count against the capacity, so a held manager's changes end in a
+// delivery or, when the queue needs room, in an overflow resync. At most
+// MaxHolds managers are held at once; Hold reports false (no hold) beyond
+// that, when the retry's own backoff still applies.
+func (q *Queue) Hold(manager string, until time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.cfg.Clock.Now()
+	if !until.After(now) {
+		return true
+	}
+	if prev, ok := q.holds[manager]; ok {
+		if until.After(prev) {
+			q.holds[manager] = until
+		}
+		return true
+	}
+	if len(q.holds) >= q.cfg.MaxHolds {
+		for m, t := range q.holds {
+			if !t.After(now) {
+				delete(q.holds, m)
+			}
+		}
+		if len(q.holds) >= q.cfg.MaxHolds {
+			return false
+		}
+	}
+	q.holds[manager] = until
+	return true
+}
+
+// HeldUntil is when manager's hold ends (zero when it is not held).
+func (q *Queue) HeldUntil(manager string) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if t, ok := q.holds[manager]; ok && t.After(q.cfg.Clock.Now()) {
+		return t
+	}
+	return time.Time{}
+}
+
+// postpone moves the due top item of h to the end of its manager's hold,
+// when the manager is held; it reports whether it did. An ended hold is
+// forgotten. q.mu is held.
+func (q *Queue) postpone(h *itemHeap, now time.Time) bool {
+	if len(q.holds) == 0 {
+		return false
+	}
+	it := (*h)[0]
+	until, ok := q.holds[it.key.Manager]
+	if !ok {
+		return false
+	}
+	if !until.After(now) {
+		delete(q.holds, it.key.Manager)
+		return false
+	}
+	it.due = until
+	heap.Fix(h, 0)
+	return true
 }
 
 // lease hands out an item taken from its heap.
@@ -521,7 +601,8 @@ func (q *Queue) Forget(key Key) bool {
 }
 
 // Expedite makes every pending entry due now (retries waiting for their
-// backoff included): used when draining before shutdown.
+// backoff included): used when draining before shutdown. A held manager's
+// entries still wait for the end of its hold.
 func (q *Queue) Expedite() {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -175,6 +176,15 @@ type IstioControls interface {
 	// open and it answers nothing, an authz server slower than any
 	// timeout) or thaws it (SIGCONT).
 	SetExtAuthzFrozen(frozen bool) error
+}
+
+// FairnessEnvironment is an Environment whose ext-authz limits the
+// runtimes of one class low (docs/architecture.md, "Edge protection per
+// identity"); the local one does.
+type FairnessEnvironment interface {
+	// LowLimitClass is the Kyma label and its value that put a runtime
+	// into that class, and the class's limit.
+	LowLimitClass() (label, value string, limit ratelimit.Limit)
 }
 
 // KymaListenerEnvironment is an Environment that can run an operator on

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/test/envoy"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
@@ -57,6 +58,9 @@ func (e *localEnvironment) Names() Names {
 		Manager: localenv.Manager, WatcherName: localenv.WatcherName, SKRNamespace: localenv.SKRNamespace,
 		WatchedLabel: localenv.WatchedLabel, GatewayNS: localenv.GatewayNamespace,
 	}
+}
+func (e *localEnvironment) LowLimitClass() (string, string, ratelimit.Limit) {
+	return ratelimit.DefaultClassLabel, localenv.LowLimitClass, localenv.LowLimit
 }
 func (e *localEnvironment) KCP() client.Client   { return e.sys.KCP.Client }
 func (e *localEnvironment) SKR() client.Client   { return e.sys.SKR.Client }

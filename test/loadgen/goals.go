@@ -60,7 +60,10 @@ var (
 	ExtAuthzCPUClosed = Goal{What: "ext-authz CPU per Check / the always-allow ceiling's, closed loop (16 and 64 connections)", Bound: 1.10, Unit: "×", Issue: 26}
 	ExtAuthzCPUOpen   = Goal{What: "ext-authz CPU per Check / the always-allow ceiling's, open loop at half the ceiling's saturated rate", Bound: 1.03, Unit: "×", Issue: 26}
 	ExtAuthzCPUvsOPA  = Goal{What: "ext-authz CPU per Check / OPA's, closed loop", Bound: 0.10, Unit: "×", Issue: 26}
-	ExtAuthzAddedP50  = Goal{What: "median latency ext-authz adds over the ceiling, open loop at half the ceiling's saturated rate", Bound: 30, Unit: "µs", Issue: 26}
+	// ExtAuthzRateLimitCPU: what the rate limit per runtime (issue 42)
+	// adds, ext-authz against itself with --rate-limit-mode=off.
+	ExtAuthzRateLimitCPU = Goal{What: "ext-authz CPU per Check with its rate limit per runtime / the same binary with --rate-limit-mode=off", Bound: 1.05, Unit: "×", Issue: 42}
+	ExtAuthzAddedP50     = Goal{What: "median latency ext-authz adds over the ceiling, open loop at half the ceiling's saturated rate", Bound: 30, Unit: "µs", Issue: 26}
 	// ListenerCPUOpen was 1.05× (issue 26); issue 31 set 1.08×: the
 	// measured price of §3.6's event object (docs/performance.md), ≤ 1.05×
 	// is below the noise once the object is built.
@@ -75,9 +78,13 @@ var (
 // latency ext-authz adds at half the ceiling's saturated rate. First goals,
 // to be tightened once measured.
 var (
-	EdgeCPUClosed = Goal{What: "edge (Envoy + ext-authz) CPU per event / the same Envoy without ext_authz, closed loop", Bound: 1.30, Unit: "×", Issue: 32}
-	EdgeCPUvsOPA  = Goal{What: "edge (Envoy + ext-authz) CPU per event / the same Envoy with OPA as the ext_authz provider, closed loop", Bound: 0.5, Unit: "×", Issue: 32}
-	EdgeAddedP50  = Goal{What: "median latency ext-authz adds at the edge over Envoy without ext_authz, open loop at half the ceiling's saturated rate", Bound: 150, Unit: "µs", Issue: 32}
+	// EdgeCPUvsAllow replaces issue 32's 1.30× of Envoy without ext_authz,
+	// which no external ext_authz provider can meet (issue 42,
+	// docs/performance.md): what SAN pinning adds is priced against the
+	// same Envoy calling an always-allow ext_authz server.
+	EdgeCPUvsAllow = Goal{What: "edge (Envoy + ext-authz) CPU per event / the same Envoy calling an always-allow ext_authz server, closed loop", Bound: 1.05, Unit: "×", Issue: 42}
+	EdgeCPUvsOPA   = Goal{What: "edge (Envoy + ext-authz) CPU per event / the same Envoy with OPA as the ext_authz provider, closed loop", Bound: 0.5, Unit: "×", Issue: 32}
+	EdgeAddedP50   = Goal{What: "median latency ext-authz adds at the edge over Envoy without ext_authz, open loop at half the ceiling's saturated rate", Bound: 150, Unit: "µs", Issue: 32}
 )
 
 // WebhookAdmissionP99 bounds skr-webhook's admission latency with the KCP

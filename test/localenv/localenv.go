@@ -39,6 +39,7 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
+	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
 	"github.com/seed-c8be168e/runtime-watcher/listener/example/eventline"
 	"github.com/seed-c8be168e/runtime-watcher/skrclient"
 	"github.com/seed-c8be168e/runtime-watcher/test/cmcontrollers"
@@ -65,7 +66,17 @@ const (
 	OperatorPort    = 8082
 	// GatewayHost is the KCP gateway's host name (its Gateway server host).
 	GatewayHost = "localhost"
+	// LowLimitClass is the rate-limit class (the value of the Kyma label
+	// ratelimit.DefaultClassLabel) that ext-authz limits to LowLimit; every
+	// other runtime has ext-authz's default limit.
+	LowLimitClass = "e2e-low-limit"
+	// RateLimitReportInterval is ext-authz's --rate-limit-report-interval.
+	RateLimitReportInterval = 2 * time.Second
 )
+
+// LowLimit is the limit of the runtimes of LowLimitClass: low, so that 20
+// times it is still far from what the local gateway can take on 2 cores.
+var LowLimit = ratelimit.Limit{Rate: 5, Burst: 5}
 
 // ReceivedEvent is one event the example operator reported receiving.
 type ReceivedEvent = eventline.Line
@@ -291,7 +302,9 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	s.authz = extAuthzProcess{binary: binaries["ext-authz"], health: authzHealth, args: []string{
 		"--kubeconfig", s.KCP.KubeconfigPath, "--grpc-addr", authzGRPC, "--health-probe-bind-address", authzHealth,
 		"--metrics-bind-address", authzMetrics, "--kyma-namespace", KymaNamespace,
-		"--identity-signing-key-file", filepath.Join(s.IdentityKeyDir(), "tls.key")}}
+		"--identity-signing-key-file", filepath.Join(s.IdentityKeyDir(), "tls.key"),
+		"--rate-limit-class-label", ratelimit.DefaultClassLabel, "--rate-limit-classes", LowLimitClass + "=" + LowLimit.String(),
+		"--rate-limit-report-interval", RateLimitReportInterval.String()}}
 	if o.LogAllChecks {
 		s.authz.args = append(s.authz.args, "--decision-log-allow-sample-rate", "1", "--decision-log-max-lines-per-second", "10000")
 	}

@@ -18,6 +18,9 @@ import (
 const (
 	groupEdge   = "the edge (Envoy + authz server)"
 	edgeSubject = "Envoy + ext-authz"
+	// edgeAllow is the mechanism's price: the same Envoy calling an
+	// always-allow ext_authz server (issue 42); a twin beside it.
+	edgeAllow = "Envoy + always-allow ext_authz"
 )
 
 // edgeAuthz are the authz servers of the ext_authz comparison, which the
@@ -27,10 +30,14 @@ var edgeAuthz struct {
 	extAuthzAddr, opaAddr string
 	extAuthzCPU, opaCPU   func() (time.Duration, error)
 	runtimeID, domain     string
+	// the always-allow ceiling and its twin of the ext_authz comparison
+	allowAddr [2]string
+	allowCPU  [2]func() (time.Duration, error)
 }
 
-// setupEdge starts four Envoys on test/envoy's static edge — without
-// ext_authz (the ceiling and its twin), with ext-authz, with OPA — in
+// setupEdge starts six Envoys on test/envoy's static edge — without
+// ext_authz (the ceiling and its twin), with an always-allow ext_authz
+// server (and a twin: each Envoy its own server), with ext-authz, with OPA — in
 // front of one bare net/http upstream, and an mTLS client per Envoy and
 // load with a certificate of a runtime ext-authz and OPA know.
 func setupEdge(serversBinary string) (*comparison, func(), error) {
@@ -41,7 +48,7 @@ func setupEdge(serversBinary string) (*comparison, func(), error) {
 		}
 	}
 	a := edgeAuthz
-	if a.ca == nil || a.opaAddr == "" {
+	if a.ca == nil || a.opaAddr == "" || a.allowAddr[1] == "" {
 		return nil, cleanup, fmt.Errorf("the ext_authz comparison's servers are not set up")
 	}
 	up, err := loadgen.StartServer(serversBinary, loadgen.KindBareHTTP, envoy.Manager)
@@ -65,13 +72,15 @@ func setupEdge(serversBinary string) (*comparison, func(), error) {
 	c.servers = []server{
 		{name: "Envoy without ext_authz (ceiling)", role: roleCeiling},
 		{name: "Envoy without ext_authz (twin)", role: roleTwin},
+		{name: edgeAllow, role: rolePeer},
+		{name: edgeAllow + " (twin)", role: rolePeer},
 		{name: edgeSubject},
 		{name: "Envoy + OPA " + opaVersion() + " (Rego)", role: rolePeer, everyNth: 4, closedOnly: true},
 	}
 	authz := []struct {
 		addr string
 		cpu  func() (time.Duration, error)
-	}{{}, {}, {a.extAuthzAddr, a.extAuthzCPU}, {a.opaAddr, a.opaCPU}}
+	}{{}, {}, {a.allowAddr[0], a.allowCPU[0]}, {a.allowAddr[1], a.allowCPU[1]}, {a.extAuthzAddr, a.extAuthzCPU}, {a.opaAddr, a.opaCPU}}
 	posters := map[string][]*tlsPoster{}
 	for i := range c.servers {
 		e := envoy.NewEdge(authz[i].addr, up.Addr, gw, a.ca)

@@ -5,7 +5,8 @@
 //
 //   - ext_authz: the always-allow ceiling, its twin (a second identical
 //     process: the run's noise floor), ext-authz (the real binary, N Kyma
-//     CRs in a real API server) and an ext_authz server deciding with OPA (a
+//     CRs in a real API server), the same ext-authz with its rate limit per
+//     runtime off and an ext_authz server deciding with OPA (a
 //     prepared Rego SAN-pinning query over the same runtimes, as
 //     opa-envoy-plugin does), Checks over two HTTP/2 connections each (as
 //     Envoy keeps them);
@@ -16,8 +17,9 @@
 //     certificate in XFCC, as Lifecycle Manager runs it);
 //   - the whole edge (issue 32): upstream Envoy (test/envoy's static edge,
 //     istiod's listener for the kcp-gateway) without an ext_authz filter
-//     (the ceiling), its twin, with ext-authz (SAN pinning) and with OPA
-//     as the ext_authz provider, events over mTLS (HTTP/2) to a bare
+//     (the ceiling), its twin, with an always-allow ext_authz server and
+//     its twin (the mechanism's price, issue 42), with ext-authz (SAN
+//     pinning) and with OPA as the ext_authz provider, events over mTLS (HTTP/2) to a bare
 //     net/http upstream; CPU is Envoy's and the authz server's together;
 //   - the skr-webhook's admission latency with the KCP healthy, refusing and
 //     blackholed (skr-webhook's BenchmarkAdmissionLatency).
@@ -72,6 +74,8 @@ const (
 	// module (the same grpc-go as ext-authz; this module's OPA needs newer
 	// versions).
 	kindOPA = "opa"
+	// extAuthzLimitOff is ext-authz with --rate-limit-mode=off.
+	extAuthzLimitOff = "ext-authz, rate limit off"
 	// benchManager is the manager name of the events' path.
 	benchManager = "bench-manager"
 )
@@ -212,7 +216,11 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 	}
 	cleanups = append(cleanups, func() { _ = os.Remove(runtimesFile) })
 
-	p, err := extauthz.Start(binary, io.Discard, time.Minute, "--kubeconfig="+kcp.KubeconfigPath, "--kyma-namespace="+kymaNamespace)
+	// The rate limit per runtime runs (its cost is what the ext_authz
+	// comparison shows), with a limit no load reaches: the edge's loads
+	// send every event with one runtime's certificate, far above the
+	// default of 100/s.
+	p, err := extauthz.Start(binary, io.Discard, time.Minute, "--kubeconfig="+kcp.KubeconfigPath, "--kyma-namespace="+kymaNamespace, "--rate-limit=1000000/1000000")
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -223,6 +231,18 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 		return nil, cleanup, err
 	}
 	pid := p.Cmd.Process.Pid
+	// The same binary without its rate limit per runtime (issue 42): what
+	// the limiter costs per Check. The loads spread over every runtime, so
+	// none reaches its limit: every Check is allowed by both.
+	off, err := extauthz.Start(binary, io.Discard, time.Minute, "--kubeconfig="+kcp.KubeconfigPath, "--kyma-namespace="+kymaNamespace, "--rate-limit-mode=off")
+	if err != nil {
+		return nil, cleanup, err
+	}
+	cleanups = append(cleanups, func() { _ = off.Stop(15 * time.Second) })
+	if err := off.WaitReady(wctx); err != nil {
+		return nil, cleanup, err
+	}
+	offPID := off.Cmd.Process.Pid
 	edgeAuthz.ca, edgeAuthz.extAuthzAddr = ca, p.GRPCAddr
 	edgeAuthz.extAuthzCPU = func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }
 	edgeAuthz.runtimeID, edgeAuthz.domain = fleet.IDs[0], fleet.Domains[0]
@@ -233,14 +253,15 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 	}
 
 	c := &comparison{group: groupExtAuthz, conns: []int{16, 64}}
-	addrs := []string{"", "", p.GRPCAddr, ""}
+	addrs := []string{"", "", p.GRPCAddr, off.GRPCAddr, ""}
 	c.servers = []server{
 		{name: "always-allow (ceiling)", role: roleCeiling},
 		{name: "always-allow (twin)", role: roleTwin},
 		{name: "ext-authz", cpu: func() (time.Duration, error) { return loadgen.ProcessCPU(pid) }},
+		{name: extAuthzLimitOff, role: rolePeer, cpu: func() (time.Duration, error) { return loadgen.ProcessCPU(offPID) }},
 		{name: "OPA " + opaVersion() + " (Rego)", role: rolePeer, everyNth: 4, closedOnly: true},
 	}
-	for i, kind := range map[int]string{0: loadgen.KindAlwaysAllow, 1: loadgen.KindAlwaysAllow, 3: kindOPA} {
+	for i, kind := range map[int]string{0: loadgen.KindAlwaysAllow, 1: loadgen.KindAlwaysAllow, 4: kindOPA} {
 		binary := serversBinary
 		if kind == kindOPA {
 			binary = os.Args[0]
@@ -253,6 +274,8 @@ func setupExtAuthz(o options, serversBinary string) (*comparison, func(), error)
 		addrs[i], c.servers[i].cpu = child.Addr, child.CPU
 		if kind == kindOPA {
 			edgeAuthz.opaAddr, edgeAuthz.opaCPU = child.Addr, child.CPU
+		} else {
+			edgeAuthz.allowAddr[i], edgeAuthz.allowCPU[i] = child.Addr, child.CPU
 		}
 	}
 	checkers := make([]*loadgen.Checker, len(addrs))

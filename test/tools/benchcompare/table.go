@@ -85,6 +85,8 @@ func goals(r *row) []measured {
 		return []measured{{loadgen.ExtAuthzCPUOpen, med(r.cpuRatio)}, {loadgen.ExtAuthzAddedP50, med(r.addedP50)}}
 	case r.server == "ext-authz":
 		return []measured{{loadgen.ExtAuthzCPUClosed, med(r.cpuRatio)}}
+	case r.server == extAuthzLimitOff:
+		return []measured{{loadgen.ExtAuthzRateLimitCPU, med(r.subjectRatio)}}
 	case r.group == groupExtAuthz && r.role == rolePeer:
 		return []measured{{loadgen.ExtAuthzCPUvsOPA, med(r.subjectRatio)}}
 	case r.server == "listener" && r.load == openLoad:
@@ -93,8 +95,8 @@ func goals(r *row) []measured {
 		return []measured{{loadgen.ListenerCPUvsKyma, med(r.subjectRatio)}}
 	case r.server == edgeSubject && r.load == openLoad:
 		return []measured{{loadgen.EdgeAddedP50, med(r.addedP50)}}
-	case r.server == edgeSubject:
-		return []measured{{loadgen.EdgeCPUClosed, med(r.cpuRatio)}}
+	case r.server == edgeAllow:
+		return []measured{{loadgen.EdgeCPUvsAllow, med(r.subjectRatio)}}
 	case r.group == groupEdge && r.role == rolePeer:
 		return []measured{{loadgen.EdgeCPUvsOPA, med(r.subjectRatio)}}
 	case r.server == "skr-webhook":
@@ -163,9 +165,11 @@ func describe(r *row, m measured) string {
 	switch m.goal {
 	case loadgen.ExtAuthzCPUvsOPA:
 		return fmt.Sprintf("ext-authz's CPU / this: %.3f×, %s", m.value, m.goal)
+	case loadgen.ExtAuthzRateLimitCPU:
+		return fmt.Sprintf("ext-authz's CPU (rate limit on) / this: %.3f×, %s", m.value, m.goal)
 	case loadgen.ListenerCPUvsKyma:
 		return fmt.Sprintf("the listener's CPU / this: %.2f×, %s", m.value, m.goal)
-	case loadgen.EdgeCPUvsOPA:
+	case loadgen.EdgeCPUvsOPA, loadgen.EdgeCPUvsAllow:
 		return fmt.Sprintf("the edge's CPU / this: %.3f×, %s", m.value, m.goal)
 	case loadgen.ExtAuthzAddedP50, loadgen.EdgeAddedP50:
 		return fmt.Sprintf("p50 added %s", m.goal)
@@ -187,7 +191,7 @@ func (t *table) twin(r *row) *row {
 
 // goalList describes every goal of the table.
 func goalList(b *strings.Builder) {
-	for _, g := range []loadgen.Goal{loadgen.ExtAuthzCPUClosed, loadgen.ExtAuthzCPUOpen, loadgen.ExtAuthzCPUvsOPA, loadgen.ExtAuthzAddedP50, loadgen.ListenerCPUOpen, loadgen.ListenerCPUvsKyma, loadgen.EdgeCPUClosed, loadgen.EdgeCPUvsOPA, loadgen.EdgeAddedP50, loadgen.WebhookAdmissionP99} {
+	for _, g := range []loadgen.Goal{loadgen.ExtAuthzCPUClosed, loadgen.ExtAuthzCPUOpen, loadgen.ExtAuthzCPUvsOPA, loadgen.ExtAuthzRateLimitCPU, loadgen.ExtAuthzAddedP50, loadgen.ListenerCPUOpen, loadgen.ListenerCPUvsKyma, loadgen.EdgeCPUvsAllow, loadgen.EdgeCPUvsOPA, loadgen.EdgeAddedP50, loadgen.WebhookAdmissionP99} {
 		fmt.Fprintf(b, "- %s %s (issue %d)\n", g.What, g, g.Issue)
 	}
 }
