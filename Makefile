@@ -292,8 +292,12 @@ istiod-image: $(ISTIO_ASSETS)/linux_$(ISTIOD_IMAGE_ARCH)/pilot-discovery ## Buil
 e2e: envtest-assets ## The e2e suite on the local environment (also part of `make test`).
 	go test $(GO_TEST_FLAGS) ./test/e2e/...
 
+.PHONY: kind-engine
+kind-engine: ## Make sure a Docker engine answers: yours as is, else (as root) Debian's docker.io, started with test/kind/ocicapdrop when the host cannot grant every capability.
+	./test/kind/engine.sh
+
 .PHONY: e2e-kind
-e2e-kind: ## The same e2e suite on kind with Istio and cert-manager (needs Docker).
+e2e-kind: kind-engine ## The same e2e suite on kind with Istio and cert-manager.
 	./test/kind/e2e.sh
 
 .PHONY: help
