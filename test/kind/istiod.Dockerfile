@@ -5,10 +5,12 @@
 #   make istiod-image ISTIOD_IMAGE=runtime-watcher/pilot:<version>
 # Laid out like Istio's own pilot image (pilot/docker/Dockerfile.pilot of the
 # same source): the binary at /usr/local/bin/pilot-discovery, its entrypoint,
-# user 1337:1337. Istio's istiod Helm chart passes the arguments
+# user 1337:1337, on the runtime base of the project's images (BASE_IMAGE,
+# test/kind/base.Dockerfile; nothing pulled). Istio's istiod Helm chart passes the arguments
 # ("discovery", ...) and sets readOnlyRootFilesystem and runAsNonRoot, which
 # the numeric user satisfies.
-FROM gcr.io/distroless/static-debian12:nonroot
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
 COPY pilot-discovery /usr/local/bin/pilot-discovery
 USER 1337:1337
 ENTRYPOINT ["/usr/local/bin/pilot-discovery"]
