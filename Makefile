@@ -239,12 +239,6 @@ $(ISTIO_ASSETS)/pilot-agent:
 	@echo "Building pilot-agent $(ISTIO_VERSION) from source (a few minutes after pilot-discovery, which shares most of its packages)..."
 	cd test/tools/istio && go build -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(ISTIO_VERSION)" -o $@.tmp istio.io/istio/pilot/cmd/pilot-agent && mv $@.tmp $@
 
-# The same istiod, static for a linux container (istiod-image).
-$(ISTIO_ASSETS)/linux_%/pilot-discovery:
-	@mkdir -p $(@D)
-	@echo "Building istiod (pilot-discovery) $(ISTIO_VERSION) from source, static for linux/$* (several minutes; about 7 CPU-minutes measured after istio-assets)..."
-	$(call ISTIOD_BUILD,CGO_ENABLED=0 GOOS=linux GOARCH=$*)
-
 $(K8S_ASSETS)/kubectl:
 	@echo "Building kubectl v$(K8S_VERSION) from source..."
 	cd test/tools/k8s && go build -ldflags "$(call K8S_LDFLAGS,$(K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
@@ -280,16 +274,16 @@ images: ## Build one image per binary: $(IMAGE_PREFIX)<binary>:$(IMAGE_TAG), on 
 	  $(CONTAINER_TOOL) build -q --build-arg BASE_IMAGE="$$base" --build-arg BINARY=$$b -t "$$img" -f Dockerfile "$$dir" >/dev/null; \
 	done
 
-# istiod for the kind e2e (test/kind/e2e.sh): the pilot-discovery that
-# `make run` and `make test` run, as a container image like Istio's pilot
-# image (test/kind/istiod.Dockerfile), for the architecture of the Docker
-# host (ISTIOD_IMAGE_ARCH).
+# istiod for the kind e2e (test/kind/e2e.sh): the very pilot-discovery binary
+# that `make run` and `make test` run, as a container image like Istio's pilot
+# image (test/kind/istiod.Dockerfile), on the Debian root file system of
+# test/kind/rootfs.sh (the glibc it is linked against; nothing pulled).
 ISTIOD_IMAGE      ?= $(IMAGE_PREFIX)pilot:$(ISTIO_VERSION)
-ISTIOD_IMAGE_ARCH ?= $(shell go env GOARCH)
 
 .PHONY: istiod-image
-istiod-image: $(ISTIO_ASSETS)/linux_$(ISTIOD_IMAGE_ARCH)/pilot-discovery ## Build istiod from source (the version test/tools/istio/go.mod pins) as the image $(IMAGE_PREFIX)pilot:<version> (needs Docker).
-	$(CONTAINER_TOOL) build -q --build-arg BASE_IMAGE="$$(./test/kind/base-image.sh)" -f test/kind/istiod.Dockerfile -t "$(ISTIOD_IMAGE)" $(<D) >/dev/null
+istiod-image: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod from source (the version test/tools/istio/go.mod pins) as the image $(IMAGE_PREFIX)pilot:<version> (needs Docker; nothing pulled).
+	@ctx="$$(mktemp -d)"; trap 'rm -rf "$$ctx"' EXIT; cp $< "$$ctx/"; echo "==> $(ISTIOD_IMAGE)"; \
+	  $(CONTAINER_TOOL) build -q --build-arg BASE_IMAGE="$$(./test/kind/rootfs.sh net)" -f test/kind/istiod.Dockerfile -t "$(ISTIOD_IMAGE)" "$$ctx" >/dev/null
 
 # The gateway's proxy for the kind e2e (test/kind/e2e.sh), in place of
 # Istio's proxyv2 image: pilot-agent and upstream Envoy as `make run` runs

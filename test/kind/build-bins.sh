@@ -62,7 +62,12 @@ build_part() {
 		;;
 	# seccomp through cgo and Debian's libseccomp (libseccomp-dev to build,
 	# libseccomp2 in the node).
-	runc) CGO_ENABLED=1 gobin "$dir" -tags seccomp -ldflags "-X main.version=${RUNC_VERSION#v}" "github.com/opencontainers/runc@$RUNC_VERSION" ;;
+	runc)
+		if [[ ! -e /usr/include/seccomp.h && "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp-dev >/dev/null
+		fi
+		CGO_ENABLED=1 gobin "$dir" -tags seccomp -ldflags "-X main.version=${RUNC_VERSION#v}" "github.com/opencontainers/runc@$RUNC_VERSION"
+		;;
 	crictl) CGO_ENABLED=0 gobin "$dir" -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" ;;
 	cni)
 		local p pkgs=()

@@ -56,7 +56,7 @@ log "[1/5] programs (build-bins.sh)"
 "$HERE/build-bins.sh" >&2
 bin() { echo "$BINS/$1"; }
 kube="$(bin "kubernetes-v$K8S_VERSION")"
-ocicapdrop="$(ls -d "$BINS"/ocicapdrop-* | head -n1)"
+ocicapdrop="$BINS/ocicapdrop-$(cat "$HERE"/ocicapdrop/*.go | sha256sum | cut -c1-12)"
 
 log "[2/5] root file systems from Debian's packages (rootfs.sh)"
 node_rootfs="$("$HERE/rootfs.sh" node)"

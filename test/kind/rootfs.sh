@@ -62,5 +62,5 @@ if [[ ! -s "$tar" ]]; then
 	rm -rf "$dir/root/var/cache/apt/archives/"*.deb "$dir/root/var/lib/apt/lists/"*
 	tar -C "$dir/root" --numeric-owner -cf "$tar.tmp" . && mv "$tar.tmp" "$tar"
 fi
-docker import "$tar" "$image" >/dev/null
+docker import --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" "$tar" "$image" >/dev/null
 echo "$image"
