@@ -53,7 +53,7 @@ if [[ -s "$ARCHIVES/node-$key.tar" ]]; then
 fi
 
 log "[1/5] programs (build-bins.sh)"
-"$HERE/build-bins.sh" >&2
+"$HERE/build-bins.sh" containerd runc crictl cni coredns kube-router kubernetes pause ocicapdrop >&2
 bin() { echo "$BINS/$1"; }
 kube="$(bin "kubernetes-v$K8S_VERSION")"
 ocicapdrop="$BINS/ocicapdrop-$(cat "$HERE"/ocicapdrop/*.go | sha256sum | cut -c1-12)"
@@ -156,9 +156,10 @@ if [[ "$(docker wait "$cid")" != 0 ]]; then
 	exit 1
 fi
 docker logs "$cid" >&2
-docker commit -q \
+# The stage's configuration (ENV, STOPSIGNAL) is kept; only the entrypoint
+# of the preload run is undone.
+docker commit \
 	--change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
-	--change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
 	"$cid" "$NODE_IMAGE" >/dev/null
 docker rm "$cid" >/dev/null
 docker rmi "$NODE_IMAGE-stage" >/dev/null
