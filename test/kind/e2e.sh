@@ -239,9 +239,9 @@ install_istio() {
 }
 
 install_crds() {
-	log "installing the Watcher CRD and the Kyma stand-in CRD (manifests/crds)"
-	kcp apply --server-side -f "$ROOT/manifests/crds/operator.kyma-project.io_watchers.yaml" -f "$ROOT/manifests/crds/kyma-standin/"
-	kcp wait --for=condition=Established crd/watchers.operator.kyma-project.io crd/kymas.operator.kyma-project.io --timeout=1m
+	log "installing the project's CRDs (manifests/crds: Watcher, SyncResource, ModuleGrant, ModuleConfig) and the Kyma stand-in CRD"
+	kcp apply --server-side -f "$ROOT/manifests/crds/" -f "$ROOT/manifests/crds/kyma-standin/"
+	kcp wait --for=condition=Established crd/watchers.operator.kyma-project.io crd/syncresources.operator.kyma-project.io crd/kymas.operator.kyma-project.io --timeout=1m
 	# The SKR watches Kyma CRs (the sample Watcher's resourceToWatch).
 	skr apply --server-side -f "$ROOT/manifests/crds/kyma-standin/"
 	skr wait --for=condition=Established crd/kymas.operator.kyma-project.io --timeout=1m
@@ -289,6 +289,43 @@ deploy_samples() {
 	retry 60 5 skr -n kyma-system get deployment/skr-webhook >/dev/null 2>&1 ||
 		die "vs-controller did not create the skr-webhook Deployment in the SKR within 5 minutes"
 	skr -n kyma-system rollout status deployment/skr-webhook --timeout=5m
+}
+
+# probe_reach NS IP PORT: whether the probe pod in NS opens a TCP connection
+# to IP:PORT within 4 s.
+probe_reach() {
+	kcp -n "$1" exec probe -- timeout 4 bash -c "echo >/dev/tcp/$2/$3" >/dev/null 2>&1
+}
+
+# check_network_policies: what only a cluster shows — the NetworkPolicies of
+# manifests/kcp are enforced (kube-router's firewall in the node image). A
+# pod in another namespace cannot open ext-authz's gRPC port or
+# vs-controller's health-report port (both trust identity headers only the
+# gateway sets), but can open their metrics ports, which the policies leave
+# open (so a refusal is the policy's, not an unreachable pod); a pod carrying
+# the gateway's labels in istio-system can open both. The probe pods run the
+# Debian root file system of rootfs.sh (bash's /dev/tcp; nothing pulled).
+check_network_policies() {
+	local probe ns ea vs
+	probe="$("$HERE/rootfs.sh" net)"
+	log "NetworkPolicies: probing ext-authz and vs-controller from another namespace and from the gateway's (probe image $probe)"
+	"$KIND" load docker-image "$probe" --name "$KCP_CLUSTER"
+	kcp create namespace rw-np-probe --dry-run=client -o yaml | kcp apply -f -
+	kcp -n rw-np-probe run probe --image="$probe" --image-pull-policy=Never --labels=app=probe --command -- sleep infinity
+	kcp -n istio-system run probe --image="$probe" --image-pull-policy=Never --labels=istio=ingressgateway,app=probe --command -- sleep infinity
+	kcp -n rw-np-probe wait --for=condition=Ready pod/probe --timeout=2m
+	kcp -n istio-system wait --for=condition=Ready pod/probe --timeout=2m
+	ea="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=ext-authz -o jsonpath='{.items[0].status.podIP}')"
+	vs="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller -o jsonpath='{.items[0].status.podIP}')"
+	probe_reach rw-np-probe "$ea" 8080 || die "NetworkPolicy check: ext-authz's metrics port is not reachable at all"
+	probe_reach rw-np-probe "$vs" 8080 || die "NetworkPolicy check: vs-controller's metrics port is not reachable at all"
+	! probe_reach rw-np-probe "$ea" 9001 || die "NetworkPolicy not enforced: a pod in another namespace reached ext-authz's gRPC port"
+	! probe_reach rw-np-probe "$vs" 8090 || die "NetworkPolicy not enforced: a pod in another namespace reached vs-controller's health-report port"
+	probe_reach istio-system "$ea" 9001 || die "NetworkPolicy check: the gateway's pods cannot reach ext-authz's gRPC port"
+	probe_reach istio-system "$vs" 8090 || die "NetworkPolicy check: the gateway's pods cannot reach vs-controller's health-report port"
+	kcp delete namespace rw-np-probe --wait=false
+	kcp -n istio-system delete pod probe --wait=false
+	log "NetworkPolicies enforced: other namespaces refused on ext-authz :9001 and vs-controller :8090, the gateway admitted"
 }
 
 run_suite() {
@@ -364,6 +401,7 @@ main() {
 	install_istio
 	install_crds
 	deploy_kcp
+	check_network_policies
 	deploy_samples
 	run_suite
 	log "e2e on kind passed"

@@ -324,7 +324,7 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 			" --set image="+istiod+" --set global.proxy.image="+proxy+" -f "+filepath.Join(repoRoot(t), "test/kind/istiod-kind-values.yaml"),
 		"upgrade --install istio-ingressgateway "+filepath.Join(charts, "gateway")+" -f "+filepath.Join(repoRoot(t), "test/kind/istio-gateway-values.yaml"),
 		"rollout status deployment/istiod",
-		"operator.kyma-project.io_watchers.yaml",
+		"manifests/crds/ -f",
 		"apply -k "+filepath.Join(repoRoot(t), "manifests/kcp/overlays/kind"),
 		"wait --for=condition=Ready certificate/runtime-watcher-ca",
 		"create secret generic kubeconfig-runtime-1 --from-file=config=",
