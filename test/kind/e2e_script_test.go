@@ -100,6 +100,9 @@ for a in "$@"; do
 	prev="$a"
 done
 case " $* " in
+# The NetworkPolicy probes: refused from another namespace on the guarded
+# ports, admitted elsewhere.
+*" -n rw-np-probe exec probe "*/9001" "* | *" -n rw-np-probe exec probe "*/8090" "*) exit "${STUB_NP_OPEN:-1}" ;;
 *" version --client "*) echo "Client Version: $STUB_KUBECTL_VERSION" ;;
 *" create secret "*) printf 'apiVersion: v1\nkind: Secret\n' ;;
 *" apply -f - "*) cat >/dev/null ;;
@@ -143,7 +146,7 @@ log_call "$@"
 
 // realTools are linked into the doubles' PATH: what the script and make need
 // besides the doubles.
-var realTools = []string{"bash", "env", "sed", "head", "tr", "grep", "tail", "basename", "dirname", "mkdir", "cat", "sleep", "printenv"}
+var realTools = []string{"bash", "env", "sed", "head", "tr", "grep", "tail", "basename", "dirname", "mkdir", "cat", "sleep", "printenv", "sort", "paste", "sha256sum", "cut", "id", "awk"}
 
 // stubNodeImage stands for the node image node-image.sh would build.
 const stubNodeImage = "kind.local/node:stub"
@@ -327,6 +330,7 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"manifests/crds/ -f",
 		"apply -k "+filepath.Join(repoRoot(t), "manifests/kcp/overlays/kind"),
 		"wait --for=condition=Ready certificate/runtime-watcher-ca",
+		"-n rw-np-probe exec probe",
 		"create secret generic kubeconfig-runtime-1 --from-file=config=",
 		"apply -k "+filepath.Join(repoRoot(t), "manifests/samples/example-operator"),
 		"kyma.yaml",
@@ -357,6 +361,19 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "warning:") {
 		t.Errorf("warnings although every tool reported its pinned version:\n%s", r.stderr)
+	}
+}
+
+func TestE2EScriptFailsWhenNetworkPoliciesAreNotEnforced(t *testing.T) {
+	r := runScript(t, nil, "STUB_NP_OPEN=0")
+	if r.err == nil {
+		t.Fatalf("e2e.sh succeeded although a pod of another namespace reached ext-authz's gRPC port\n%s", r.log)
+	}
+	if !strings.Contains(r.stderr, "NetworkPolicy not enforced") {
+		t.Errorf("does not say the policy is not enforced:\n%s", r.stderr)
+	}
+	if strings.Contains(r.log, "go test") {
+		t.Errorf("ran the suite after the NetworkPolicy check failed:\n%s", r.log)
 	}
 }
 
