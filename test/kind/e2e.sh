@@ -298,15 +298,16 @@ probe_reach() {
 }
 
 # check_network_policies: what only a cluster shows — the NetworkPolicies of
-# manifests/kcp are enforced (kube-router's firewall in the node image). A
-# pod in another namespace cannot open ext-authz's gRPC port or
-# vs-controller's health-report port (both trust identity headers only the
-# gateway sets), but can open their metrics ports, which the policies leave
+# manifests/kcp and the example operator are enforced (kube-router's firewall
+# in the node image). A pod in another namespace cannot open ext-authz's gRPC
+# port, vs-controller's health-report port or the listener's events port (all
+# trust identity headers only the gateway sets, so it cannot forge
+# x-watcher-runtime-id either), but can open their metrics ports, which the policies leave
 # open (so a refusal is the policy's, not an unreachable pod); a pod carrying
 # the gateway's labels in istio-system can open both. The probe pods run the
 # Debian root file system of rootfs.sh (bash's /dev/tcp; nothing pulled).
 check_network_policies() {
-	local probe ns ea vs
+	local probe ea vs op
 	probe="$("$HERE/rootfs.sh" net)"
 	log "NetworkPolicies: probing ext-authz and vs-controller from another namespace and from the gateway's (probe image $probe)"
 	"$KIND" load docker-image "$probe" --name "$KCP_CLUSTER"
@@ -317,15 +318,19 @@ check_network_policies() {
 	kcp -n istio-system wait --for=condition=Ready pod/probe --timeout=2m
 	ea="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=ext-authz -o jsonpath='{.items[0].status.podIP}')"
 	vs="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller -o jsonpath='{.items[0].status.podIP}')"
+	op="$(kcp -n "$KYMA_NS" get pod -l app.kubernetes.io/name=example-operator -o jsonpath='{.items[0].status.podIP}')"
 	probe_reach rw-np-probe "$ea" 8080 || die "NetworkPolicy check: ext-authz's metrics port is not reachable at all"
 	probe_reach rw-np-probe "$vs" 8080 || die "NetworkPolicy check: vs-controller's metrics port is not reachable at all"
+	probe_reach rw-np-probe "$op" 8080 || die "NetworkPolicy check: the listener's metrics port is not reachable at all"
 	! probe_reach rw-np-probe "$ea" 9001 || die "NetworkPolicy not enforced: a pod in another namespace reached ext-authz's gRPC port"
 	! probe_reach rw-np-probe "$vs" 8090 || die "NetworkPolicy not enforced: a pod in another namespace reached vs-controller's health-report port"
+	! probe_reach rw-np-probe "$op" 8082 || die "NetworkPolicy not enforced: a pod in another namespace reached the listener's events port"
 	probe_reach istio-system "$ea" 9001 || die "NetworkPolicy check: the gateway's pods cannot reach ext-authz's gRPC port"
 	probe_reach istio-system "$vs" 8090 || die "NetworkPolicy check: the gateway's pods cannot reach vs-controller's health-report port"
-	kcp delete namespace rw-np-probe --wait=false
-	kcp -n istio-system delete pod probe --wait=false
-	log "NetworkPolicies enforced: other namespaces refused on ext-authz :9001 and vs-controller :8090, the gateway admitted"
+	probe_reach istio-system "$op" 8082 || die "NetworkPolicy check: the gateway's pods cannot reach the listener's events port"
+	kcp delete namespace rw-np-probe --timeout=2m
+	kcp -n istio-system delete pod probe --timeout=2m
+	log "NetworkPolicies enforced: other namespaces refused on ext-authz :9001, vs-controller :8090 and the listener :8082, the gateway admitted"
 }
 
 run_suite() {
@@ -401,8 +406,8 @@ main() {
 	install_istio
 	install_crds
 	deploy_kcp
-	check_network_policies
 	deploy_samples
+	check_network_policies
 	run_suite
 	log "e2e on kind passed"
 }

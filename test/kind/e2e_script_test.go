@@ -102,7 +102,7 @@ done
 case " $* " in
 # The NetworkPolicy probes: refused from another namespace on the guarded
 # ports, admitted elsewhere.
-*" -n rw-np-probe exec probe "*/9001" "* | *" -n rw-np-probe exec probe "*/8090" "*) exit "${STUB_NP_OPEN:-1}" ;;
+*" -n rw-np-probe exec probe "*/9001" "* | *" -n rw-np-probe exec probe "*/8090" "* | *" -n rw-np-probe exec probe "*/8082" "*) exit "${STUB_NP_OPEN:-1}" ;;
 *" version --client "*) echo "Client Version: $STUB_KUBECTL_VERSION" ;;
 *" create secret "*) printf 'apiVersion: v1\nkind: Secret\n' ;;
 *" apply -f - "*) cat >/dev/null ;;
@@ -330,11 +330,11 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"manifests/crds/ -f",
 		"apply -k "+filepath.Join(repoRoot(t), "manifests/kcp/overlays/kind"),
 		"wait --for=condition=Ready certificate/runtime-watcher-ca",
-		"-n rw-np-probe exec probe",
 		"create secret generic kubeconfig-runtime-1 --from-file=config=",
 		"apply -k "+filepath.Join(repoRoot(t), "manifests/samples/example-operator"),
 		"kyma.yaml",
 		"rollout status deployment/skr-webhook",
+		"-n rw-np-probe exec probe",
 		// -v: Ginkgo's summary in the output; a label filter that selects nothing fails.
 		"go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.label-filter=!delivery && !module-sync && !takeover && !silent -ginkgo.fail-on-empty",
 		"env E2E_ENV=kind",
