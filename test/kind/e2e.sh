@@ -333,6 +333,27 @@ check_network_policies() {
 	log "NetworkPolicies enforced: other namespaces refused on ext-authz :9001, vs-controller :8090 and the listener :8082, the gateway admitted"
 }
 
+# check_drain_honours_pdbs: a node drain evicts the example operator's pods
+# only as far as its PodDisruptionBudget allows (minAvailable 1 of 2): with
+# the one node cordoned no replacement can start, so the second eviction must
+# be refused and the drain time out. The node is uncordoned afterwards.
+check_drain_honours_pdbs() {
+	local node out
+	node="$KCP_CLUSTER-control-plane"
+	log "draining $node: the PodDisruptionBudget of the example operator must stop it"
+	if out="$(kcp drain "$node" --ignore-daemonsets --delete-emptydir-data \
+		--pod-selector=app.kubernetes.io/name=example-operator --timeout=30s 2>&1)"; then
+		kcp uncordon "$node"
+		die "the drain evicted every example-operator pod despite its PodDisruptionBudget:
+$out"
+	fi
+	kcp uncordon "$node"
+	[[ "$out" == *"violate the pod's disruption budget"* ]] || die "the drain failed, but not on the PodDisruptionBudget:
+$out"
+	kcp -n "$KYMA_NS" rollout status deployment/example-operator --timeout=3m
+	log "the drain honoured the PodDisruptionBudget"
+}
+
 run_suite() {
 	log "running the e2e suite (E2E_ENV=kind) through the Istio ingress gateway at 127.0.0.1:$GATEWAY_HOST_PORT"
 	cd "$ROOT"
@@ -409,6 +430,7 @@ main() {
 	deploy_samples
 	check_network_policies
 	run_suite
+	check_drain_honours_pdbs
 	log "e2e on kind passed"
 }
 

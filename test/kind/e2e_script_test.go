@@ -103,6 +103,7 @@ case " $* " in
 # The NetworkPolicy probes: refused from another namespace on the guarded
 # ports, admitted elsewhere.
 *" -n rw-np-probe exec probe "*/9001" "* | *" -n rw-np-probe exec probe "*/8090" "* | *" -n rw-np-probe exec probe "*/8082" "*) exit "${STUB_NP_OPEN:-1}" ;;
+*" drain "*) echo "error when evicting pods/\"example-operator-0\" -n \"kcp-system\" (will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget." >&2; exit 1 ;;
 *" version --client "*) echo "Client Version: $STUB_KUBECTL_VERSION" ;;
 *" create secret "*) printf 'apiVersion: v1\nkind: Secret\n' ;;
 *" apply -f - "*) cat >/dev/null ;;
@@ -344,6 +345,8 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"env INGRESS_DEPLOYMENT=istio-ingressgateway",
 		"env RUNTIME_ID=runtime-1",
 		"env SKR_DOMAIN=skr-1.local.example.com",
+		"drain runtime-watcher-kcp-control-plane",
+		"uncordon runtime-watcher-kcp-control-plane",
 		"kind delete cluster --name runtime-watcher-kcp",
 		"kind delete cluster --name runtime-watcher-skr",
 	)
