@@ -354,6 +354,41 @@ $out"
 	log "the drain honoured the PodDisruptionBudget"
 }
 
+# owned_runtimes: the sum over vs-controller's running pods of
+# runtime_watcher_shard_owned_runtimes (read through the API server's pod
+# proxy from the metrics port).
+owned_runtimes() {
+	local total=0 pod v
+	for pod in $(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller --field-selector=status.phase=Running -o jsonpath='{.items[*].metadata.name}'); do
+		v="$(kcp get --raw "/api/v1/namespaces/kcp-system/pods/$pod:8080/proxy/metrics" | sed -n 's/^runtime_watcher_shard_owned_runtimes{[^}]*} //p')"
+		total=$((total + ${v:-0}))
+	done
+	echo "$total"
+}
+
+# owned_is N: whether vs-controller's members own N runtimes in all.
+owned_is() { [[ "$(owned_runtimes)" == "$1" ]]; }
+
+# vs_pods_are N: whether exactly N vs-controller pods exist (none still
+# terminating, whose metrics would count).
+vs_pods_are() { [[ "$(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller --no-headers | wc -l)" == "$1" ]]; }
+
+# check_shards_keep_runtimes_owned: vs-controller (shard Leases) scaled
+# 3 -> 1 -> 3 keeps every runtime owned by exactly one member: after each
+# step its members' owned_runtimes add up to the number of Kyma CRs.
+check_shards_keep_runtimes_owned() {
+	local n want
+	want="$(kcp -n "$KYMA_NS" get kymas.operator.kyma-project.io --no-headers | wc -l)"
+	for n in 3 1 3; do
+		log "vs-controller scaled to $n: its members must own all $want runtimes"
+		kcp -n kcp-system scale deployment/vs-controller --replicas="$n"
+		kcp -n kcp-system rollout status deployment/vs-controller --timeout=3m
+		retry 90 2 vs_pods_are "$n" || die "vs-controller did not settle at $n pods"
+		retry 60 2 owned_is "$want" || die "vs-controller at $n replicas owns $(owned_runtimes) of $want runtimes"
+	done
+	kcp -n kcp-system scale deployment/vs-controller --replicas=1
+}
+
 run_suite() {
 	log "running the e2e suite (E2E_ENV=kind) through the Istio ingress gateway at 127.0.0.1:$GATEWAY_HOST_PORT"
 	cd "$ROOT"
@@ -431,6 +466,7 @@ main() {
 	check_network_policies
 	run_suite
 	check_drain_honours_pdbs
+	check_shards_keep_runtimes_owned
 	log "e2e on kind passed"
 }
 

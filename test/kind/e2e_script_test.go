@@ -103,6 +103,12 @@ case " $* " in
 # The NetworkPolicy probes: refused from another namespace on the guarded
 # ports, admitted elsewhere.
 *" -n rw-np-probe exec probe "*/9001" "* | *" -n rw-np-probe exec probe "*/8090" "* | *" -n rw-np-probe exec probe "*/8082" "*) exit "${STUB_NP_OPEN:-1}" ;;
+# vs-controller's shards: the replicas last scaled to, one runtime owned in all.
+*" scale deployment/vs-controller --replicas="*) all="$*"; echo "${all##*--replicas=}" >"$STUB_LOG.replicas" ;;
+*" get pod -l app.kubernetes.io/name=vs-controller --no-headers "*) for _ in $(seq "$(cat "$STUB_LOG.replicas" 2>/dev/null || echo 1)"); do echo vs-controller; done ;;
+*" get pod -l app.kubernetes.io/name=vs-controller --field-selector"*) echo vs-controller-0 ;;
+*" get --raw "*) echo 'runtime_watcher_shard_owned_runtimes{group="vs-controller",member="vs-controller-0"} 1' ;;
+*" get kymas.operator.kyma-project.io --no-headers "*) echo runtime-1 ;;
 *" drain "*) echo "error when evicting pods/\"example-operator-0\" -n \"kcp-system\" (will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget." >&2; exit 1 ;;
 *" version --client "*) echo "Client Version: $STUB_KUBECTL_VERSION" ;;
 *" create secret "*) printf 'apiVersion: v1\nkind: Secret\n' ;;
@@ -147,7 +153,7 @@ log_call "$@"
 
 // realTools are linked into the doubles' PATH: what the script and make need
 // besides the doubles.
-var realTools = []string{"bash", "env", "sed", "head", "tr", "grep", "tail", "basename", "dirname", "mkdir", "cat", "sleep", "printenv", "sort", "paste", "sha256sum", "cut", "id", "awk"}
+var realTools = []string{"bash", "env", "sed", "head", "tr", "grep", "tail", "basename", "dirname", "mkdir", "cat", "sleep", "printenv", "sort", "paste", "sha256sum", "cut", "id", "awk", "seq", "wc"}
 
 // stubNodeImage stands for the node image node-image.sh would build.
 const stubNodeImage = "kind.local/node:stub"
@@ -347,6 +353,9 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"env SKR_DOMAIN=skr-1.local.example.com",
 		"drain runtime-watcher-kcp-control-plane",
 		"uncordon runtime-watcher-kcp-control-plane",
+		"scale deployment/vs-controller --replicas=3",
+		"scale deployment/vs-controller --replicas=1",
+		"scale deployment/vs-controller --replicas=3",
 		"kind delete cluster --name runtime-watcher-kcp",
 		"kind delete cluster --name runtime-watcher-skr",
 	)
