@@ -346,7 +346,7 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.label-filter=!delivery && !module-sync && !takeover && !silent -ginkgo.fail-on-empty",
 		"env E2E_ENV=kind",
 		"env GATEWAY_ADDR=127.0.0.1:30443",
-		"env GATEWAY_HOST=runtime-watcher-kcp-control-plane",
+		"env GATEWAY_HOST=runtime-watcher-kcp-control-plane.kind",
 		"env CA_SECRET=kcp-system/runtime-watcher-ca",
 		"env INGRESS_DEPLOYMENT=istio-ingressgateway",
 		"env RUNTIME_ID=runtime-1",
