@@ -406,7 +406,7 @@ run_suite() {
 		KYMA_NAMESPACE="$KYMA_NS" \
 		RUNTIME_ID="$RUNTIME_ID" \
 		SKR_DOMAIN="$SKR_DOMAIN" \
-		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -v -ginkgo.label-filter='!delivery && !module-sync && !takeover && !silent' -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
+		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -v -ginkgo.label-filter='!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary' -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
 }
 
 # collect_diagnostics: what is needed to understand a failure, in
