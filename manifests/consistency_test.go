@@ -540,8 +540,10 @@ var _ = Describe("the kind e2e files (test/kind)", func() {
 		Expect(pm.ListenAddress).To(Equal("127.0.0.1"), "the gateway of a test cluster is not published to the network")
 
 		settings := overlaySettings("manifests/kcp/overlays/kind")
-		Expect(settings["gatewayHost"]).To(Equal(kcpCluster.Name+"-control-plane"),
-			"the SKR's pods reach the KCP node by its container name")
+		// Qualified by the Docker network "kind": Istio refuses a Gateway
+		// host that is a short name.
+		Expect(settings["gatewayHost"]).To(Equal(kcpCluster.Name+"-control-plane.kind"),
+			"the SKR's pods reach the KCP node by its container name on the Docker network kind")
 		Expect(settings["gatewayAddress"]).To(Equal(net.JoinHostPort(settings["gatewayHost"], strconv.Itoa(int(pm.ContainerPort)))))
 
 		var gwValues struct {
