@@ -240,12 +240,6 @@ $(ISTIO_ASSETS)/pilot-agent:
 	@echo "Building pilot-agent $(ISTIO_VERSION) from source (a few minutes after pilot-discovery, which shares most of its packages)..."
 	cd test/tools/istio && go build -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(ISTIO_VERSION)" -o $@.tmp istio.io/istio/pilot/cmd/pilot-agent && mv $@.tmp $@
 
-# The same istiod, static for a linux container (istiod-image).
-$(ISTIO_ASSETS)/linux_%/pilot-discovery:
-	@mkdir -p $(@D)
-	@echo "Building istiod (pilot-discovery) $(ISTIO_VERSION) from source, static for linux/$* (several minutes; about 7 CPU-minutes measured after istio-assets)..."
-	$(call ISTIOD_BUILD,CGO_ENABLED=0 GOOS=linux GOARCH=$*)
-
 $(K8S_ASSETS)/kubectl:
 	@echo "Building kubectl v$(K8S_VERSION) from source..."
 	cd test/tools/k8s && go build -ldflags "$(call K8S_LDFLAGS,$(K8S_VERSION))" -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
@@ -268,24 +262,47 @@ IMAGE_PREFIX   ?= runtime-watcher/
 IMAGE_TAG      ?= dev
 CONTAINER_TOOL ?= docker
 
+.PHONY: base-image
+base-image: ## Build the runtime base of the images from Debian's packages (test/kind/base-image.sh; needs Docker, once).
+	@./test/kind/base-image.sh
+
 .PHONY: images
-images: ## Build one image per binary: $(IMAGE_PREFIX)<binary>:$(IMAGE_TAG) (needs Docker).
-	@for b in $(BINARIES); do \
-	  img="$(IMAGE_PREFIX)$$(basename $$b):$(IMAGE_TAG)"; \
-	  echo "$(CONTAINER_TOOL) build --build-arg BINARY=$$b -t $$img ."; \
-	  $(CONTAINER_TOOL) build --build-arg BINARY=$$b -t "$$img" . ; \
+images: ## Build one image per binary: $(IMAGE_PREFIX)<binary>:$(IMAGE_TAG), on the runtime base (needs Docker; nothing pulled).
+	@base="$$(./test/kind/base-image.sh)"; n=0; for b in $(BINARIES); do n=$$((n + 1)); \
+	  name="$$(basename $$b)"; img="$(IMAGE_PREFIX)$$name:$(IMAGE_TAG)"; dir="$(BIN)/images/$$name"; \
+	  echo "==> [$$n/$(words $(BINARIES))] $$img (./$$b on $$base)"; mkdir -p "$$dir"; \
+	  CGO_ENABLED=0 GOOS=linux GOFIPS140=$(GOFIPS140) go build -trimpath -ldflags="-s -w" -o "$$dir/app" ./$$b; \
+	  $(CONTAINER_TOOL) build -q --build-arg BASE_IMAGE="$$base" --build-arg BINARY=$$b -t "$$img" -f Dockerfile "$$dir" >/dev/null; \
 	done
 
-# istiod for the kind e2e (test/kind/e2e.sh): the pilot-discovery that
-# `make run` and `make test` run, as a container image like Istio's pilot
-# image (test/kind/istiod.Dockerfile), for the architecture of the Docker
-# host (ISTIOD_IMAGE_ARCH).
+# istiod for the kind e2e (test/kind/e2e.sh): the very pilot-discovery binary
+# that `make run` and `make test` run, as a container image like Istio's pilot
+# image (test/kind/istiod.Dockerfile), on the Debian root file system of
+# test/kind/rootfs.sh (the glibc it is linked against; nothing pulled).
 ISTIOD_IMAGE      ?= $(IMAGE_PREFIX)pilot:$(ISTIO_VERSION)
-ISTIOD_IMAGE_ARCH ?= $(shell go env GOARCH)
 
 .PHONY: istiod-image
-istiod-image: $(ISTIO_ASSETS)/linux_$(ISTIOD_IMAGE_ARCH)/pilot-discovery ## Build istiod from source (the version test/tools/istio/go.mod pins) as the image $(IMAGE_PREFIX)pilot:<version> (needs Docker).
-	$(CONTAINER_TOOL) build -f test/kind/istiod.Dockerfile -t "$(ISTIOD_IMAGE)" $(<D)
+istiod-image: $(ISTIO_ASSETS)/pilot-discovery ## Build istiod from source (the version test/tools/istio/go.mod pins) as the image $(IMAGE_PREFIX)pilot:<version> (needs Docker; nothing pulled).
+	@ctx="$$(mktemp -d)"; trap 'rm -rf "$$ctx"' EXIT; cp $< "$$ctx/"; echo "==> $(ISTIOD_IMAGE)"; \
+	  $(CONTAINER_TOOL) build -q --build-arg BASE_IMAGE="$$(./test/kind/rootfs.sh net)" -f test/kind/istiod.Dockerfile -t "$(ISTIOD_IMAGE)" "$$ctx" >/dev/null
+
+# The gateway's proxy for the kind e2e (test/kind/e2e.sh), in place of
+# Istio's proxyv2 image: pilot-agent and upstream Envoy as `make run` runs
+# them, with Istio's bootstrap template from the same istio.io/istio source
+# (test/kind/proxy.Dockerfile).
+ISTIO_PROXY_IMAGE ?= $(IMAGE_PREFIX)proxyv2:$(ISTIO_VERSION)
+
+.PHONY: istio-proxy-image
+istio-proxy-image: $(ISTIO_ASSETS)/pilot-agent $(ENVOY_ASSETS)/envoy ## Build the gateway's proxy image (pilot-agent + upstream Envoy) as $(IMAGE_PREFIX)proxyv2:<istio version> (needs Docker; nothing pulled).
+	@ctx="$$(mktemp -d)"; trap 'rm -rf "$$ctx"' EXIT; \
+	  cp -L $(ISTIO_ASSETS)/pilot-agent $(ENVOY_ASSETS)/envoy "$$ctx/"; \
+	  cp "$$(cd test/tools/istio && go list -m -f '{{.Dir}}' istio.io/istio)/tools/packaging/common/envoy_bootstrap.json" "$$ctx/"; \
+	  echo "==> $(ISTIO_PROXY_IMAGE)"; \
+	  $(CONTAINER_TOOL) build -q --build-arg ROOTFS="$$(./test/kind/rootfs.sh net)" -f test/kind/proxy.Dockerfile -t "$(ISTIO_PROXY_IMAGE)" "$$ctx" >/dev/null
+
+.PHONY: kind-node-image
+kind-node-image: ## Build the kind node image from sources (test/kind/node-image.sh; cached by content in bin/kind/).
+	@./test/kind/node-image.sh
 
 ##@ End to end
 
@@ -293,8 +310,12 @@ istiod-image: $(ISTIO_ASSETS)/linux_$(ISTIOD_IMAGE_ARCH)/pilot-discovery ## Buil
 e2e: envtest-assets ## The e2e suite on the local environment (also part of `make test`).
 	go test $(GO_TEST_FLAGS) ./test/e2e/...
 
+.PHONY: kind-engine
+kind-engine: ## Make sure a Docker engine answers: yours as is, else (as root) Debian's docker.io, started with test/kind/ocicapdrop when the host cannot grant every capability.
+	./test/kind/engine.sh
+
 .PHONY: e2e-kind
-e2e-kind: ## The same e2e suite on kind with Istio and cert-manager (needs Docker).
+e2e-kind: kind-engine ## The same e2e suite on kind with Istio and cert-manager.
 	./test/kind/e2e.sh
 
 .PHONY: help

@@ -55,7 +55,6 @@ var _ = Describe("the versions table (docs/deploying.md)", func() {
 		skr, err := testenv.MinorOf(v)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kcp-skr).To(BeNumerically(">=", 2), "an old SKR beside a new KCP: %s and %s", v, table["Kubernetes, KCP"])
-		Expect(readEnvFile("test/kind/versions.env")["KIND_SKR_NODE_IMAGE"]).To(HavePrefix("kindest/node:v1." + minor("v"+v) + "."))
 	})
 
 	It("names controller-runtime, cert-manager, the Istio API and the Envoy API of go.mod", func() {

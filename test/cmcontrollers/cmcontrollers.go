@@ -54,8 +54,12 @@ const (
 
 // Options of Run.
 type Options struct {
-	// Kubeconfig of the API server (required).
+	// Kubeconfig of the API server; required unless InCluster.
 	Kubeconfig string
+	// InCluster: the API server of the pod this runs in (its service
+	// account), as cert-manager's controller binary does without
+	// --kubeconfig; the kind e2e's cert-manager image (test/kind/cert-manager).
+	InCluster bool
 	// ClusterResourceNamespace holds ClusterIssuers' Secrets;
 	// DefaultClusterResourceNamespace when empty.
 	ClusterResourceNamespace string
@@ -74,7 +78,7 @@ var klogOnce sync.Once
 // Run runs the controllers until ctx ends; it returns the first error of a
 // controller, or nil once ctx ended and every controller stopped.
 func Run(ctx context.Context, o Options) error {
-	if o.Kubeconfig == "" {
+	if o.Kubeconfig == "" && !o.InCluster {
 		return errors.New("cmcontrollers: no kubeconfig")
 	}
 	if o.ClusterResourceNamespace == "" {

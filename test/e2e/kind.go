@@ -220,7 +220,7 @@ func (e *kindEnvironment) IssueClientCert(o pki.LeafOptions) (tls.Certificate, e
 	return leaf.TLS()
 }
 
-// WebhookMetrics reads every skr-webhook pod's /metrics (port 8080)
+// WebhookMetrics reads every skr-webhook pod's /metrics (port 2112, skr-webhook's --metrics-bind-address)
 // through the SKR API server's pod proxy.
 func (e *kindEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
 	ns := getenv("SKR_NAMESPACE", localenv.SKRNamespace)
@@ -230,7 +230,7 @@ func (e *kindEnvironment) WebhookMetrics(ctx context.Context) (string, error) {
 	}
 	var out strings.Builder
 	for _, p := range pods.Items {
-		b, err := e.skrClients.CoreV1().Pods(ns).ProxyGet("http", p.Name, "8080", "metrics", nil).DoRaw(ctx)
+		b, err := e.skrClients.CoreV1().Pods(ns).ProxyGet("http", p.Name, "2112", "metrics", nil).DoRaw(ctx)
 		if err != nil {
 			return "", fmt.Errorf("metrics of pod %s: %w", p.Name, err)
 		}

@@ -15,16 +15,28 @@
 #
 # Then it runs the SAME e2e specs as `make e2e` (test/e2e) with E2E_ENV=kind.
 #
-# Istio: the SAME istiod as `make run` and `make test` (pilot-discovery of the
-# istio.io/istio version test/tools/istio/go.mod pins, built from source into
-# the image runtime-watcher/pilot:<version> by `make istiod-image`), installed
-# with Istio's Helm charts from the same module source (base, istiod,
-# gateway in $(go env GOMODCACHE)/istio.io/istio@<version>/manifests/charts).
-# The gateway's data plane (pilot-agent and Envoy) is the released proxyv2
-# image ISTIO_PROXY_IMAGE of versions.env.
+# Nothing is pulled from an image registry: every image is built here from
+# the Go module proxy's sources, the Python package index's Envoy and
+# Debian's packages (docs/deploying.md, "Installing on kind"):
+# - the kind node image (node-image.sh; both clusters run it, Kubernetes
+#   K8S_VERSION of the Makefile: a second Kubernetes build for the SKR's
+#   older minor would double the longest part of the build);
+# - kind, helm (build-bins.sh) and kubectl (the node image's);
+# - cert-manager: its controllers as test/cmcontrollers runs them
+#   (test/kind/cert-manager, deployed by cert-manager.yaml);
+# - Istio: the SAME istiod as `make run` and `make test` (pilot-discovery of
+#   the istio.io/istio version test/tools/istio/go.mod pins, `make
+#   istiod-image`), the gateway's proxy image from the same module's
+#   pilot-agent and upstream Envoy of `make envoy-assets` (`make
+#   istio-proxy-image`), installed with Istio's Helm charts from the same
+#   module source (base, istiod, gateway);
+# - the project's binaries (`make images`, on the runtime base).
 #
 # Tool and component versions: versions.env and test/tools/istio/go.mod.
 # Environment:
+#   E2E_KIND_NODE_IMAGE  a node image to use instead of building one
+#   KIND, HELM           the kind and helm to run (default: built by
+#                        build-bins.sh)
 #   E2E_KIND_DIR      kubeconfigs and diagnostics (default: bin/kind-e2e)
 #   E2E_KIND_REUSE=1  keep existing clusters of the same names instead of
 #                     re-creating them (faster re-runs)
@@ -49,7 +61,6 @@ SAMPLES="$ROOT/manifests/samples"
 # The image names the kind overlay and samples expect (their `images:`).
 IMAGE_PREFIX="runtime-watcher/"
 IMAGE_TAG="e2e"
-CERT_MANAGER_MANIFEST="https://github.com/cert-manager/cert-manager/releases/download/${CERT_MANAGER_VERSION}/cert-manager.yaml"
 
 WORK_DIR="${E2E_KIND_DIR:-$ROOT/bin/kind-e2e}"
 REUSE="${E2E_KIND_REUSE:-0}"
@@ -76,48 +87,52 @@ SKR_DOMAIN="$(yaml_value "$SAMPLES/kyma.yaml" skr-domain)"
 KYMA_NS="kcp-system"
 
 KUBECTL=""
+NODE_IMAGE=""
 # Set by resolve_istio: the pinned istio.io/istio version, its module source
 # (charts) and the istiod image built from it.
 ISTIO_VERSION=""
 ISTIO_SRC=""
 ISTIO_CHARTS=""
 ISTIOD_IMAGE=""
+ISTIO_PROXY_IMAGE=""
+ENVOY_VERSION=""
 
 check_prerequisites() {
-	local missing=() out v t
-	if ! command -v docker >/dev/null 2>&1; then
-		missing+=("docker: not found in PATH. Install Docker Engine or Docker Desktop: https://docs.docker.com/engine/install/")
-	elif ! out="$(docker info --format '{{.ServerVersion}}' 2>&1)"; then
-		missing+=("docker: the Docker daemon is not reachable ('docker info' said: $(printf '%s' "$out" | tail -n1)). Start it, or set DOCKER_HOST.")
-	fi
-	if ! command -v kind >/dev/null 2>&1; then
-		missing+=("kind $KIND_VERSION: not found in PATH. Install it: go install sigs.k8s.io/kind@$KIND_VERSION")
-	fi
-	if command -v kubectl >/dev/null 2>&1; then
-		KUBECTL="kubectl"
-	elif [[ -x "$ROOT/bin/k8s/${KUBECTL_VERSION#v}/kubectl" ]]; then
-		KUBECTL="$ROOT/bin/k8s/${KUBECTL_VERSION#v}/kubectl"
-	else
-		missing+=("kubectl $KUBECTL_VERSION: not found in PATH nor in bin/k8s/${KUBECTL_VERSION#v}/. Run 'make envtest-assets' (builds it from source) or install it: https://kubernetes.io/docs/tasks/tools/")
-	fi
-	if ! command -v helm >/dev/null 2>&1; then
-		missing+=("helm $HELM_VERSION (installs Istio's charts): not found in PATH. Install it: https://helm.sh/docs/intro/install/")
-	fi
+	local missing=() out t v
 	for t in go make; do
 		command -v "$t" >/dev/null 2>&1 || missing+=("$t: not found in PATH")
 	done
+	if ! command -v docker >/dev/null 2>&1; then
+		missing+=("docker: not found in PATH. Run 'make kind-engine' (as root it installs Debian's docker.io), or install Docker or Podman")
+	elif ! out="$(docker info --format '{{.ServerVersion}}' 2>&1)"; then
+		missing+=("docker: the Docker daemon is not reachable ('docker info' said: $(printf '%s' "$out" | tail -n1)). Run 'make kind-engine', start yours, or set DOCKER_HOST.")
+	fi
 	if ((${#missing[@]} > 0)); then
 		printf 'e2e-kind: missing prerequisites (versions: test/kind/versions.env):\n' >&2
 		printf '  - %s\n' "${missing[@]}" >&2
 		exit 1
 	fi
-	# Other versions than the pinned ones usually work; say so.
-	v="$(kind version 2>/dev/null || true)"
-	[[ "$v" == *"$KIND_VERSION "* ]] || warn "kind is '$v', the pinned version is $KIND_VERSION"
+	if [[ -z "${KIND:-}" || -z "${HELM:-}" ]]; then
+		log "kind $KIND_VERSION and helm $HELM_VERSION from the module proxy (build-bins.sh)"
+		"$HERE/build-bins.sh" kind helm
+	fi
+	KIND="${KIND:-$ROOT/bin/kind/bin/kind-$KIND_VERSION/kind}"
+	HELM="${HELM:-$ROOT/bin/kind/bin/helm-$HELM_VERSION/helm}"
+	if [[ -n "${E2E_KIND_NODE_IMAGE:-}" ]]; then
+		NODE_IMAGE="$E2E_KIND_NODE_IMAGE"
+	else
+		log "the kind node image (node-image.sh; cached by content)"
+		NODE_IMAGE="$("$HERE/node-image.sh")"
+	fi
+	if command -v kubectl >/dev/null 2>&1; then
+		KUBECTL="kubectl"
+	else
+		KUBECTL="$ROOT/bin/kind/bin/kubernetes-v${KUBECTL_VERSION#v}/kubectl"
+		[[ -x "$KUBECTL" ]] || KUBECTL="$ROOT/bin/k8s/${KUBECTL_VERSION#v}/kubectl"
+		[[ -x "$KUBECTL" ]] || die "kubectl $KUBECTL_VERSION: not in PATH nor built (node-image.sh builds it)"
+	fi
 	v="$("$KUBECTL" version --client 2>/dev/null | head -n1 || true)"
 	[[ "$v" == *"$KUBECTL_VERSION"* ]] || warn "kubectl is '$v', the pinned version is $KUBECTL_VERSION"
-	v="$(helm version --short 2>/dev/null || true)"
-	[[ "$v" == "${HELM_VERSION%%.*}."* ]] || warn "helm is '$v', the pinned version is $HELM_VERSION"
 	for v in KCP_CLUSTER SKR_CLUSTER GATEWAY_HOST_PORT GATEWAY_HOST RUNTIME_ID SKR_DOMAIN; do
 		[[ -n "${!v}" ]] || die "could not read $v from the kind configs, the kind overlay or the samples"
 	done
@@ -140,6 +155,8 @@ resolve_istio() {
 		[[ -f "$c" ]] || die "no Istio chart $c in the source of istio.io/istio $ISTIO_VERSION"
 	done
 	ISTIOD_IMAGE="${IMAGE_PREFIX}pilot:${ISTIO_VERSION}"
+	ISTIO_PROXY_IMAGE="${IMAGE_PREFIX}proxyv2:${ISTIO_VERSION}"
+	ENVOY_VERSION="$(sed -n 's/^ENVOY_VERSION *?= *//p' "$ROOT/Makefile")"
 }
 
 kcp() { "$KUBECTL" --kubeconfig "$WORK_DIR/kcp.kubeconfig" "$@"; }
@@ -160,46 +177,51 @@ retry() {
 
 create_cluster() {
 	local name="$1" config="$2" image="$3"
-	if kind get clusters 2>/dev/null | grep -qx "$name"; then
+	if "$KIND" get clusters 2>/dev/null | grep -qx "$name"; then
 		if [[ "$REUSE" == 1 ]]; then
 			log "reusing kind cluster $name (E2E_KIND_REUSE=1)"
 			return 0
 		fi
 		log "deleting the existing kind cluster $name (E2E_KIND_REUSE=1 would keep it)"
-		kind delete cluster --name "$name"
+		"$KIND" delete cluster --name "$name"
 	fi
 	log "creating kind cluster $name ($image)"
-	kind create cluster --config "$config" --image "$image" --wait 5m
+	"$KIND" create cluster --config "$config" --image "$image" --wait 5m
 }
 
 write_kubeconfigs() {
 	mkdir -p "$WORK_DIR"
 	(
 		umask 077
-		kind get kubeconfig --name "$KCP_CLUSTER" >"$WORK_DIR/kcp.kubeconfig"
-		kind get kubeconfig --name "$SKR_CLUSTER" >"$WORK_DIR/skr.kubeconfig"
+		"$KIND" get kubeconfig --name "$KCP_CLUSTER" >"$WORK_DIR/kcp.kubeconfig"
+		"$KIND" get kubeconfig --name "$SKR_CLUSTER" >"$WORK_DIR/skr.kubeconfig"
 		# The SKR as the KCP's pods reach it (node container name on the
 		# "kind" network): what vs-controller gets in kubeconfig-<runtime-id>.
-		kind get kubeconfig --internal --name "$SKR_CLUSTER" >"$WORK_DIR/skr-internal.kubeconfig"
+		"$KIND" get kubeconfig --internal --name "$SKR_CLUSTER" >"$WORK_DIR/skr-internal.kubeconfig"
 	)
 }
 
 install_cert_manager() {
-	log "installing cert-manager $CERT_MANAGER_VERSION into the KCP"
-	kcp apply --server-side -f "$CERT_MANAGER_MANIFEST"
+	log "installing cert-manager $CERT_MANAGER_VERSION's controllers (runtime-watcher/cert-manager:$IMAGE_TAG, test/kind/cert-manager.yaml) into the KCP"
+	kcp apply --server-side -f "$ROOT/manifests/crds/third_party/cert-manager.io_certificates.yaml" \
+		-f "$ROOT/manifests/crds/third_party/cert-manager.io_certificaterequests.yaml" \
+		-f "$ROOT/manifests/crds/third_party/cert-manager.io_issuers.yaml" \
+		-f "$ROOT/manifests/crds/third_party/cert-manager.io_clusterissuers.yaml"
+	kcp apply -f "$HERE/cert-manager.yaml"
 	kcp -n cert-manager wait --for=condition=Available deployment --all --timeout=5m
 }
 
-build_and_load_istiod() {
-	log "building istiod $ISTIO_VERSION from source (test/tools/istio) into $ISTIOD_IMAGE"
+# build_and_load_istio: istiod and the gateway's proxy image, built here.
+build_and_load_istio() {
+	log "building istiod $ISTIO_VERSION ($ISTIOD_IMAGE) and the gateway proxy ($ISTIO_PROXY_IMAGE) from source (test/tools/istio) and Envoy $ENVOY_VERSION"
 	make -C "$ROOT" --no-print-directory istiod-image ISTIOD_IMAGE="$ISTIOD_IMAGE"
-	log "loading $ISTIOD_IMAGE into $KCP_CLUSTER"
-	kind load docker-image "$ISTIOD_IMAGE" --name "$KCP_CLUSTER"
+	make -C "$ROOT" --no-print-directory istio-proxy-image ISTIO_PROXY_IMAGE="$ISTIO_PROXY_IMAGE"
+	"$KIND" load docker-image "$ISTIOD_IMAGE" "$ISTIO_PROXY_IMAGE" --name "$KCP_CLUSTER"
 }
 
 install_istio() {
 	log "installing Istio into the KCP: istiod $ISTIO_VERSION ($ISTIOD_IMAGE), charts of its source, gateway proxy $ISTIO_PROXY_IMAGE (mesh config: manifests/istio)"
-	local h=(helm --kubeconfig "$WORK_DIR/kcp.kubeconfig" --namespace istio-system)
+	local h=("$HELM" --kubeconfig "$WORK_DIR/kcp.kubeconfig" --namespace istio-system)
 	"${h[@]}" upgrade --install istio-base "$ISTIO_CHARTS/base" \
 		--create-namespace --set defaultRevision=default --wait
 	# image: a full reference (it contains a "/") replaces hub/pilot:tag;
@@ -208,6 +230,7 @@ install_istio() {
 	"${h[@]}" upgrade --install istiod "$ISTIO_CHARTS/istio-control/istio-discovery" \
 		-f "$ROOT/manifests/istio/istiod-values.yaml" \
 		--set image="$ISTIOD_IMAGE" --set global.proxy.image="$ISTIO_PROXY_IMAGE" \
+		-f "$HERE/istiod-kind-values.yaml" \
 		--wait --timeout 5m
 	"${h[@]}" upgrade --install istio-ingressgateway "$ISTIO_CHARTS/gateway" \
 		-f "$HERE/istio-gateway-values.yaml" --wait --timeout 5m
@@ -216,9 +239,9 @@ install_istio() {
 }
 
 install_crds() {
-	log "installing the Watcher CRD and the Kyma stand-in CRD (manifests/crds)"
-	kcp apply --server-side -f "$ROOT/manifests/crds/operator.kyma-project.io_watchers.yaml" -f "$ROOT/manifests/crds/kyma-standin/"
-	kcp wait --for=condition=Established crd/watchers.operator.kyma-project.io crd/kymas.operator.kyma-project.io --timeout=1m
+	log "installing the project's CRDs (manifests/crds: Watcher, SyncResource, ModuleGrant, ModuleConfig) and the Kyma stand-in CRD"
+	kcp apply --server-side -f "$ROOT/manifests/crds/" -f "$ROOT/manifests/crds/kyma-standin/"
+	kcp wait --for=condition=Established crd/watchers.operator.kyma-project.io crd/syncresources.operator.kyma-project.io crd/kymas.operator.kyma-project.io --timeout=1m
 	# The SKR watches Kyma CRs (the sample Watcher's resourceToWatch).
 	skr apply --server-side -f "$ROOT/manifests/crds/kyma-standin/"
 	skr wait --for=condition=Established crd/kymas.operator.kyma-project.io --timeout=1m
@@ -230,14 +253,15 @@ build_and_load_images() {
 	# shellcheck disable=SC2016 # $(BINARIES) is make's, not the shell's
 	read -r -a binaries <<<"$(make -s -C "$ROOT" --no-print-directory --eval 'print-binaries: ; @echo $(BINARIES)' print-binaries)"
 	((${#binaries[@]} > 0)) || die "no BINARIES in the Makefile"
-	log "building images ${IMAGE_PREFIX}<binary>:$IMAGE_TAG for: ${binaries[*]}"
-	make -C "$ROOT" --no-print-directory images IMAGE_PREFIX="$IMAGE_PREFIX" IMAGE_TAG="$IMAGE_TAG"
-	for b in "${binaries[@]}"; do
+	log "building images ${IMAGE_PREFIX}<binary>:$IMAGE_TAG for: ${binaries[*]} and cert-manager"
+	make -C "$ROOT" --no-print-directory images IMAGE_PREFIX="$IMAGE_PREFIX" IMAGE_TAG="$IMAGE_TAG" \
+		BINARIES="${binaries[*]} test/kind/cert-manager"
+	for b in "${binaries[@]}" test/kind/cert-manager; do
 		img="${IMAGE_PREFIX}$(basename "$b"):${IMAGE_TAG}"
 		cluster="$KCP_CLUSTER"
 		[[ "$b" == skr-webhook ]] && cluster="$SKR_CLUSTER"
 		log "loading $img into $cluster"
-		kind load docker-image "$img" --name "$cluster"
+		"$KIND" load docker-image "$img" --name "$cluster"
 	done
 }
 
@@ -267,6 +291,104 @@ deploy_samples() {
 	skr -n kyma-system rollout status deployment/skr-webhook --timeout=5m
 }
 
+# probe_reach NS IP PORT: whether the probe pod in NS opens a TCP connection
+# to IP:PORT within 4 s.
+probe_reach() {
+	kcp -n "$1" exec probe -- timeout 4 bash -c "echo >/dev/tcp/$2/$3" >/dev/null 2>&1
+}
+
+# check_network_policies: what only a cluster shows — the NetworkPolicies of
+# manifests/kcp and the example operator are enforced (kube-router's firewall
+# in the node image). A pod in another namespace cannot open ext-authz's gRPC
+# port, vs-controller's health-report port or the listener's events port (all
+# trust identity headers only the gateway sets, so it cannot forge
+# x-watcher-runtime-id either), but can open their metrics ports, which the policies leave
+# open (so a refusal is the policy's, not an unreachable pod); a pod carrying
+# the gateway's labels in istio-system can open both. The probe pods run the
+# Debian root file system of rootfs.sh (bash's /dev/tcp; nothing pulled).
+check_network_policies() {
+	local probe ea vs op
+	probe="$("$HERE/rootfs.sh" net)"
+	log "NetworkPolicies: probing ext-authz and vs-controller from another namespace and from the gateway's (probe image $probe)"
+	"$KIND" load docker-image "$probe" --name "$KCP_CLUSTER"
+	kcp create namespace rw-np-probe --dry-run=client -o yaml | kcp apply -f -
+	kcp -n rw-np-probe run probe --image="$probe" --image-pull-policy=Never --labels=app=probe --command -- sleep infinity
+	kcp -n istio-system run probe --image="$probe" --image-pull-policy=Never --labels=istio=ingressgateway,app=probe --command -- sleep infinity
+	kcp -n rw-np-probe wait --for=condition=Ready pod/probe --timeout=2m
+	kcp -n istio-system wait --for=condition=Ready pod/probe --timeout=2m
+	ea="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=ext-authz -o jsonpath='{.items[0].status.podIP}')"
+	vs="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller -o jsonpath='{.items[0].status.podIP}')"
+	op="$(kcp -n "$KYMA_NS" get pod -l app.kubernetes.io/name=example-operator -o jsonpath='{.items[0].status.podIP}')"
+	probe_reach rw-np-probe "$ea" 8080 || die "NetworkPolicy check: ext-authz's metrics port is not reachable at all"
+	probe_reach rw-np-probe "$vs" 8080 || die "NetworkPolicy check: vs-controller's metrics port is not reachable at all"
+	probe_reach rw-np-probe "$op" 8080 || die "NetworkPolicy check: the listener's metrics port is not reachable at all"
+	! probe_reach rw-np-probe "$ea" 9001 || die "NetworkPolicy not enforced: a pod in another namespace reached ext-authz's gRPC port"
+	! probe_reach rw-np-probe "$vs" 8090 || die "NetworkPolicy not enforced: a pod in another namespace reached vs-controller's health-report port"
+	! probe_reach rw-np-probe "$op" 8082 || die "NetworkPolicy not enforced: a pod in another namespace reached the listener's events port"
+	probe_reach istio-system "$ea" 9001 || die "NetworkPolicy check: the gateway's pods cannot reach ext-authz's gRPC port"
+	probe_reach istio-system "$vs" 8090 || die "NetworkPolicy check: the gateway's pods cannot reach vs-controller's health-report port"
+	probe_reach istio-system "$op" 8082 || die "NetworkPolicy check: the gateway's pods cannot reach the listener's events port"
+	kcp delete namespace rw-np-probe --timeout=2m
+	kcp -n istio-system delete pod probe --timeout=2m
+	log "NetworkPolicies enforced: other namespaces refused on ext-authz :9001, vs-controller :8090 and the listener :8082, the gateway admitted"
+}
+
+# check_drain_honours_pdbs: a node drain evicts the example operator's pods
+# only as far as its PodDisruptionBudget allows (minAvailable 1 of 2): with
+# the one node cordoned no replacement can start, so the second eviction must
+# be refused and the drain time out. The node is uncordoned afterwards.
+check_drain_honours_pdbs() {
+	local node out
+	node="$KCP_CLUSTER-control-plane"
+	log "draining $node: the PodDisruptionBudget of the example operator must stop it"
+	if out="$(kcp drain "$node" --ignore-daemonsets --delete-emptydir-data \
+		--pod-selector=app.kubernetes.io/name=example-operator --timeout=30s 2>&1)"; then
+		kcp uncordon "$node"
+		die "the drain evicted every example-operator pod despite its PodDisruptionBudget:
+$out"
+	fi
+	kcp uncordon "$node"
+	[[ "$out" == *"violate the pod's disruption budget"* ]] || die "the drain failed, but not on the PodDisruptionBudget:
+$out"
+	kcp -n "$KYMA_NS" rollout status deployment/example-operator --timeout=3m
+	log "the drain honoured the PodDisruptionBudget"
+}
+
+# owned_runtimes: the sum over vs-controller's running pods of
+# runtime_watcher_shard_owned_runtimes (read through the API server's pod
+# proxy from the metrics port).
+owned_runtimes() {
+	local total=0 pod v
+	for pod in $(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller --field-selector=status.phase=Running -o jsonpath='{.items[*].metadata.name}'); do
+		v="$(kcp get --raw "/api/v1/namespaces/kcp-system/pods/$pod:8080/proxy/metrics" | sed -n 's/^runtime_watcher_shard_owned_runtimes{[^}]*} //p')"
+		total=$((total + ${v:-0}))
+	done
+	echo "$total"
+}
+
+# owned_is N: whether vs-controller's members own N runtimes in all.
+owned_is() { [[ "$(owned_runtimes)" == "$1" ]]; }
+
+# vs_pods_are N: whether exactly N vs-controller pods exist (none still
+# terminating, whose metrics would count).
+vs_pods_are() { [[ "$(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller --no-headers | wc -l)" == "$1" ]]; }
+
+# check_shards_keep_runtimes_owned: vs-controller (shard Leases) scaled
+# 3 -> 1 -> 3 keeps every runtime owned by exactly one member: after each
+# step its members' owned_runtimes add up to the number of Kyma CRs.
+check_shards_keep_runtimes_owned() {
+	local n want
+	want="$(kcp -n "$KYMA_NS" get kymas.operator.kyma-project.io --no-headers | wc -l)"
+	for n in 3 1 3; do
+		log "vs-controller scaled to $n: its members must own all $want runtimes"
+		kcp -n kcp-system scale deployment/vs-controller --replicas="$n"
+		kcp -n kcp-system rollout status deployment/vs-controller --timeout=3m
+		retry 90 2 vs_pods_are "$n" || die "vs-controller did not settle at $n pods"
+		retry 60 2 owned_is "$want" || die "vs-controller at $n replicas owns $(owned_runtimes) of $want runtimes"
+	done
+	kcp -n kcp-system scale deployment/vs-controller --replicas=1
+}
+
 run_suite() {
 	log "running the e2e suite (E2E_ENV=kind) through the Istio ingress gateway at 127.0.0.1:$GATEWAY_HOST_PORT"
 	cd "$ROOT"
@@ -284,7 +406,7 @@ run_suite() {
 		KYMA_NAMESPACE="$KYMA_NS" \
 		RUNTIME_ID="$RUNTIME_ID" \
 		SKR_DOMAIN="$SKR_DOMAIN" \
-		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -v -ginkgo.label-filter='!delivery && !module-sync && !takeover && !silent' -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
+		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -v -ginkgo.label-filter='!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary' -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
 }
 
 # collect_diagnostics: what is needed to understand a failure, in
@@ -318,8 +440,8 @@ on_exit() {
 	esac
 	if ((delete)); then
 		log "deleting the kind clusters"
-		kind delete cluster --name "$KCP_CLUSTER" || true
-		kind delete cluster --name "$SKR_CLUSTER" || true
+		"$KIND" delete cluster --name "$KCP_CLUSTER" || true
+		"$KIND" delete cluster --name "$SKR_CLUSTER" || true
 	else
 		printf '\ne2e-kind: clusters kept. Inspect them with\n  kubectl --kubeconfig %s ...\n  kubectl --kubeconfig %s ...\nand delete them with\n  kind delete cluster --name %s; kind delete cluster --name %s\n' \
 			"$WORK_DIR/kcp.kubeconfig" "$WORK_DIR/skr.kubeconfig" "$KCP_CLUSTER" "$SKR_CLUSTER" >&2
@@ -331,17 +453,20 @@ main() {
 	resolve_istio
 	case "$CLEANUP" in always | on-success | never) ;; *) die "E2E_KIND_CLEANUP=$CLEANUP: want on-success, always or never" ;; esac
 	trap on_exit EXIT
-	create_cluster "$KCP_CLUSTER" "$KCP_CONFIG" "$KIND_KCP_NODE_IMAGE"
-	create_cluster "$SKR_CLUSTER" "$SKR_CONFIG" "$KIND_SKR_NODE_IMAGE"
+	create_cluster "$KCP_CLUSTER" "$KCP_CONFIG" "$NODE_IMAGE"
+	create_cluster "$SKR_CLUSTER" "$SKR_CONFIG" "$NODE_IMAGE"
 	write_kubeconfigs
+	build_and_load_images
 	install_cert_manager
-	build_and_load_istiod
+	build_and_load_istio
 	install_istio
 	install_crds
-	build_and_load_images
 	deploy_kcp
 	deploy_samples
+	check_network_policies
 	run_suite
+	check_drain_honours_pdbs
+	check_shards_keep_runtimes_owned
 	log "e2e on kind passed"
 }
 
