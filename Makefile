@@ -127,7 +127,7 @@ FUZZ_TARGETS := ./identity/xfcc/:FuzzParse ./identity/xfcc/:FuzzDecodeCert ./ide
 	./skr-webhook/admission/:FuzzHandler ./skr-webhook/admission/:FuzzJSONEqual \
 	./skr-webhook/:FuzzReadManagers ./listener/:FuzzDecodeWatchEvent ./listener/:FuzzLinkedTraceParent ./ext-authz/framelimit/:FuzzParser ./skrclient/:FuzzBounded \
 	./filewatch/:FuzzParseCABundle ./vs-controller/trust/:FuzzParseBundle ./api/contract/:FuzzParseHealthReport \
-	./identity/assertion/:FuzzParseHeader
+	./identity/assertion/:FuzzParseHeader ./ext-authz/ratelimit/:FuzzParseClasses ./api/contract/:FuzzParseRetirement
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m); new findings land in the package's testdata/fuzz.
