@@ -12,27 +12,44 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 )
 
-// TestEveryBuildNamesTheCertifiedModule: the Makefile's build and the
-// Dockerfile build with GOFIPS140=fipsmode.Module, as testenv.BuildBinary
-// does, so what the tests run is what ships.
+// TestEveryBuildNamesTheCertifiedModule: the Makefile builds with
+// GOFIPS140=fipsmode.Module, as testenv.BuildBinary does — the binaries of
+// bin/ and those `make images` puts into the images (the Dockerfile
+// compiles nothing: it copies what the Makefile built) — so what the tests
+// run is what ships.
 func TestEveryBuildNamesTheCertifiedModule(t *testing.T) {
 	root := testenv.RepoRoot()
-	for file, re := range map[string]*regexp.Regexp{
-		"Makefile":   regexp.MustCompile(`(?m)^GOFIPS140 := (\S+)$`),
-		"Dockerfile": regexp.MustCompile(`(?m)^ARG GOFIPS140=(\S+)$`),
-	} {
-		raw, err := os.ReadFile(filepath.Join(root, file))
-		if err != nil {
-			t.Fatal(err)
+	raw, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^GOFIPS140 := (\S+)$`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatalf("the Makefile does not set GOFIPS140 (want %s)", fipsmode.Module)
+	}
+	if got := string(m[1]); got != fipsmode.Module {
+		t.Errorf("the Makefile builds with GOFIPS140=%s, fipsmode.Module is %s", got, fipsmode.Module)
+	}
+	// Every build of the shipped binaries (targets build and images: go
+	// build ./$$b over BINARIES) passes it.
+	builds := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, "go build") && strings.Contains(line, "./$$b") {
+			builds++
+			if !strings.Contains(line, "GOFIPS140=$(GOFIPS140)") {
+				t.Errorf("a build of the binaries does not pass GOFIPS140=$(GOFIPS140): %s", strings.TrimSpace(line))
+			}
 		}
-		m := re.FindSubmatch(raw)
-		if m == nil {
-			t.Errorf("%s does not set GOFIPS140 (want %s)", file, fipsmode.Module)
-			continue
-		}
-		if got := string(m[1]); got != fipsmode.Module {
-			t.Errorf("%s builds with GOFIPS140=%s, fipsmode.Module is %s", file, got, fipsmode.Module)
-		}
+	}
+	if builds < 2 {
+		t.Errorf("found %d builds of the binaries in the Makefile, want those of build and images", builds)
+	}
+	docker, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(docker), "go build") {
+		t.Error("the Dockerfile compiles a binary: it must copy what `make images` built with GOFIPS140")
 	}
 }
 
