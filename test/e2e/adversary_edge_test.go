@@ -20,7 +20,6 @@ import (
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
 	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
-	"github.com/seed-c8be168e/runtime-watcher/test/e2e"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -135,7 +134,7 @@ var _ = Describe("Adversaries at the edge", Label("adversary"), Ordered, func() 
 	// names passed Envoy and ext-authz; vs-controller did not re-write the
 	// Secret while its memo said it had.
 	It("never trusts the gateway CA for clients, also while the client CA Secret is deleted", func(ctx SpecContext) {
-		gwCA, err := e2e.CASecret(ctx, env.KCP(), client.ObjectKey{Namespace: n.GatewayNS, Name: localenv.GatewayCAName})
+		gwCA, err := localenv.LoadCA(ctx, env.KCP(), client.ObjectKey{Namespace: n.GatewayNS, Name: localenv.GatewayCAName})
 		Expect(err).NotTo(HaveOccurred())
 		leaf, err := gwCA.Issue(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain}})
 		Expect(err).NotTo(HaveOccurred())

@@ -102,7 +102,7 @@ func (e *kindEnvironment) loadCA(ctx context.Context, ref string) (*pki.CA, erro
 	if !ok {
 		return nil, fmt.Errorf("CA_SECRET %q: want namespace/name", ref)
 	}
-	return CASecret(ctx, e.kcp, client.ObjectKey{Namespace: ns, Name: name})
+	return localenv.LoadCA(ctx, e.kcp, client.ObjectKey{Namespace: ns, Name: name})
 }
 
 // followOperator streams the logs of every example operator pod (their
