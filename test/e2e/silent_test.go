@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -22,6 +24,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/promtext"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/bundle"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/certificates"
 	"github.com/seed-c8be168e/runtime-watcher/vs-controller/health"
 )
 
@@ -171,6 +174,25 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 			sec.Data[k] = v
 		}
 		Expect(env.SKR().Update(ctx, sec)).To(Succeed())
+		// The restored certificate may be older than the runtime's
+		// retirement (a fault injected an older one): vs-controller then
+		// asks for a new one and delivers it. Wait for that to settle —
+		// the Certificate Ready and not issuing, the SKR holding what the
+		// KCP's Secret holds — so it cannot overwrite the next fault.
+		Eventually(func(g Gomega) {
+			crt := &certmanagerv1.Certificate{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKey{Namespace: n.KymaNamespace, Name: certificates.Name(n.RuntimeID)}, crt)).To(Succeed())
+			for _, c := range crt.Status.Conditions {
+				g.Expect(c.Type == certmanagerv1.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue).To(BeFalse(), "the runtime's certificate is being issued")
+				if c.Type == certmanagerv1.CertificateConditionReady {
+					g.Expect(c.Status).To(Equal(cmmeta.ConditionTrue))
+				}
+			}
+			kcpSec, skrSec := &corev1.Secret{}, &corev1.Secret{}
+			g.Expect(env.KCP().Get(ctx, client.ObjectKey{Namespace: n.KymaNamespace, Name: certificates.Name(n.RuntimeID)}, kcpSec)).To(Succeed())
+			g.Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, skrSec)).To(Succeed())
+			g.Expect(skrSec.Data[corev1.TLSCertKey]).To(Equal(kcpSec.Data[corev1.TLSCertKey]), "the SKR does not hold the KCP's current certificate yet")
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	}
 	// issue makes the injected certificate when the fault is injected: CN
 	// cn ("" the sample runtime's), DNS SANs dns (nil: its skr-domain and
