@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,4 +268,117 @@ func (m *member) adoptedView() string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return strings.Join(m.adopted, ",")
+}
+
+// TestCancelledRequestHoldsTheView: TestShards' audit (module-sync, CI at
+// 5be8277) saw a member's SKR write land after that member had published
+// the view handing the runtime on. The pass had been cancelled and ended
+// at once, but Go's HTTP/2 client writes a request in its own goroutine:
+// a request cancelled on the client can still reach the server later. Now
+// a request of a pass is held to its answer, and the member publishes the
+// view that gives the runtime away only after it.
+func TestCancelledRequestHoldsTheView(t *testing.T) {
+	_, b, cs := settled(t, "wire")
+	c := newMember(t, cs, "wire", "c")
+	c.tick(t) // c's Lease: b loses to c at its next round
+	var r string
+	for _, rt := range runtimes {
+		if b.Owns(rt) && Owner(rt, []string{"a", "b", "c"}) == "c" {
+			r = rt
+			break
+		}
+	}
+	if r == "" {
+		t.Fatal("no runtime of b goes to c (test premise)")
+	}
+	pass, done, ok := b.Begin(context.Background(), r)
+	if !ok {
+		t.Fatal("b begins no pass over its own runtime")
+	}
+	// The request is on the wire (its frames written); the server takes it
+	// only when the test lets it. The client gives up on its context's
+	// cancellation, as Go's does, but that does not unsend the request.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+	var servedAt, publishedAt int
+	var order int
+	var mu sync.Mutex
+	b.published = func(view []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if slices.Contains(view, "c") {
+			order++
+			publishedAt = order
+		}
+	}
+	skr := FenceTransport(roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		served := make(chan struct{})
+		go func() {
+			<-release
+			mu.Lock()
+			order++
+			servedAt = order
+			mu.Unlock()
+			close(served)
+		}()
+		close(arrived)
+		select {
+		case <-served:
+			return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}))
+	wrote := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(pass, http.MethodPut, "https://skr.example/api/v1/namespaces/shards/configmaps/x", http.NoBody)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		resp, err := skr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		wrote <- err
+	}()
+	<-arrived
+	ticked := make(chan struct{})
+	go func() { defer close(ticked); b.tick(t) }() // b sees c: adopts a, b, c and cancels its passes
+	if err := <-wrote; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the write of b's pass on b's view change: %v, want context.Canceled at once", err)
+	}
+	done()
+	// b waits for the server's answer before it publishes a, b, c.
+	for range 20 {
+		if l := lease(t, cs, "wire-shard-b"); l != "a,b" {
+			t.Fatalf("b published %q while its cancelled write was still on the wire", l)
+		}
+		time.Sleep(10 * time.Millisecond) // a negative: nothing may change in this window
+	}
+	unblock()
+	<-ticked
+	if l := lease(t, cs, "wire-shard-b"); l != "a,b,c" {
+		t.Errorf("b publishes %q after its round, want a,b,c", l)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if servedAt == 0 || publishedAt < servedAt {
+		t.Errorf("b published its view (step %d) before the server took its cancelled write (step %d)", publishedAt, servedAt)
+	}
+	// A request of the ended view is not sent.
+	req, _ := http.NewRequestWithContext(pass, http.MethodPut, "https://skr.example/x", http.NoBody)
+	if _, err := skr.RoundTrip(req); err == nil {
+		t.Error("a request of the pass b's view change ended was sent")
+	}
+}
+
+func lease(t *testing.T, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Annotations[AnnotationView]
 }

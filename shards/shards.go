@@ -25,7 +25,9 @@
 //
 // A member that adopts a view in which it loses runtimes first ends every
 // pass it began under the old view (their contexts are cancelled and it
-// waits for them), and only then publishes the new view. Writes and quorum
+// waits for them and for every request they sent to be answered: a
+// cancelled request may still reach the API server), and only then
+// publishes the new view. Writes and quorum
 // reads of etcd are linearizable, so of two members that both claim a
 // runtime, the one that published last sees the other's claim and waits:
 // never two writers for one runtime. A member that cannot renew its Lease
@@ -153,11 +155,43 @@ type Shards struct {
 	published func(view []string) // test hook: after each renewal
 }
 
-// epoch is the passes begun under one adopted view.
+// epoch is the passes begun under one adopted view, and their requests
+// on the wire (FenceTransport).
 type epoch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	passes sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool           // ended: a pass's request is no longer sent
+	wire   sync.WaitGroup // requests sent, not yet answered
+}
+
+// end ends the epoch: it cancels its passes, waits until each is done, and
+// then until every request they sent was answered (or failed for itself).
+// A cancelled request returns at once to the pass, but may still be on the
+// wire (Go's HTTP/2 client writes a request's frames in its own goroutine)
+// and reach the API server later; the view that gives its runtime to
+// another member is published only after it.
+func (e *epoch) end() {
+	e.cancel()
+	e.passes.Wait()
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.wire.Wait()
+}
+
+// send registers a request of the epoch on the wire: false once the epoch
+// ended. Call the func returned when the request was answered.
+func (e *epoch) send() (answered func(), ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, false
+	}
+	e.wire.Add(1)
+	return e.wire.Done, true
 }
 
 // observation is what a member Lease said when we last saw it change, as
@@ -344,7 +378,7 @@ func (s *Shards) Begin(ctx context.Context, runtime string) (pass context.Contex
 	}
 	e := s.epoch
 	e.passes.Add(1)
-	pass, cancel := context.WithCancel(withPass(ctx, s))
+	pass, cancel := context.WithCancel(withPass(ctx, s, e))
 	stop := context.AfterFunc(e.ctx, cancel)
 	return pass, sync.OnceFunc(func() { stop(); cancel(); e.passes.Done() }), true
 }
@@ -509,8 +543,7 @@ func (s *Shards) round(ctx context.Context, log logr.Logger) bool {
 	e := s.epoch
 	s.epoch = newEpoch()
 	s.mu.Unlock()
-	e.cancel()
-	e.passes.Wait()
+	e.end()
 	s.m.members(len(desired), 1)
 	log.Info("membership changed", "view", desired, "previous", old)
 	return true
@@ -567,8 +600,7 @@ func (s *Shards) expire(log logr.Logger, why string) bool {
 	e := s.epoch
 	s.epoch = newEpoch()
 	s.mu.Unlock()
-	e.cancel()
-	e.passes.Wait()
+	e.end()
 	s.m.fenced()
 	log.Error(errors.New(why), "member fenced: all work stopped until it renewed its Lease and listed the members again", "renewDeadline", s.o.RenewDeadline)
 	return true
@@ -625,8 +657,7 @@ func (s *Shards) stop(log logr.Logger) {
 	e := s.epoch
 	s.epoch = newEpoch()
 	s.mu.Unlock()
-	e.cancel()
-	e.passes.Wait()
+	e.end()
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.RenewDeadline)
 	defer cancel()
 	leases := s.o.Leases.Leases(s.o.Namespace)
