@@ -52,12 +52,6 @@ var _ = Describe("Adversaries at the edge", Label("adversary"), Ordered, func() 
 		defer resp.Body.Close()
 		return resp.StatusCode, nil
 	}
-	runtimeCert := func() *tls.Certificate {
-		GinkgoHelper()
-		c, err := env.IssueClientCert(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain}})
-		Expect(err).NotTo(HaveOccurred())
-		return &c
-	}
 
 	// Finding 1 (HIGH): a tenant who may write VirtualServices in its own
 	// namespace bound a route to istio-system/kcp-gateway that rewrote
@@ -123,7 +117,8 @@ var _ = Describe("Adversaries at the edge", Label("adversary"), Ordered, func() 
 
 		// Through the gateway the tenant's path leads nowhere: the
 		// runtime's own certificate passes ext-authz, and finds no route.
-		code, err := post(ctx, "/tenant/operator", runtimeCert())
+		_, sample := sampleRuntimeCert(ctx, n)
+		code, err := post(ctx, "/tenant/operator", sample)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code).To(Equal(http.StatusNotFound))
 	})
@@ -140,7 +135,7 @@ var _ = Describe("Adversaries at the edge", Label("adversary"), Ordered, func() 
 		Expect(err).NotTo(HaveOccurred())
 		forged, err := leaf.TLS()
 		Expect(err).NotTo(HaveOccurred())
-		real := runtimeCert()
+		_, real := sampleRuntimeCert(ctx, n)
 		refused := func(ctx context.Context) bool {
 			code, err := post(ctx, contract.EventPath(n.Manager), &forged)
 			return err != nil || code == http.StatusForbidden || code == http.StatusUnauthorized

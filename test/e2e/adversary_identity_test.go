@@ -156,9 +156,8 @@ var _ = Describe("A route that speaks for a runtime after ext-authz", Label("adv
 
 		// The sample runtime's certificate is public: a route can put it
 		// into XFCC as the gateway writes it.
-		sampleCert, err := env.IssueClientCert(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain}})
-		Expect(err).NotTo(HaveOccurred())
-		certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: sampleCert.Certificate[0]})
+		sampleLeaf, _ := sampleRuntimeCert(ctx, n)
+		certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: sampleLeaf.Raw})
 		path := contract.EventPath(manager)
 		exact := &istioapinetworking.StringMatch{MatchType: &istioapinetworking.StringMatch_Exact{Exact: path}}
 		dest := []*istioapinetworking.HTTPRouteDestination{{Destination: &istioapinetworking.Destination{

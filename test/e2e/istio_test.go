@@ -90,13 +90,6 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 		return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), string(b)
 	}
 
-	runtimeCert := func() *tls.Certificate {
-		GinkgoHelper()
-		c, err := env.IssueClientCert(pki.LeafOptions{CommonName: n.RuntimeID, DNSNames: []string{n.SKRDomain}})
-		Expect(err).NotTo(HaveOccurred())
-		return &c
-	}
-
 	It("routes a new Watcher within 2 s of its creation, through an istiod push", func(ctx SpecContext) {
 		w := managerWatcher(n, "istio-push", v1beta2.Service{Name: "example-operator", Namespace: n.KymaNamespace, Port: 8082})
 		before := versions(ctx)
@@ -176,7 +169,8 @@ var _ = Describe("Istio edge", Ordered, Label("istio"), func() {
 
 		Expect(is.SetExtAuthzUp(ctx, false)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(is.SetExtAuthzUp(ctx, true)).To(Succeed()) })
-		status, _, body := post(ctx, contract.EventPath(n.Manager), runtimeCert(), "")
+		_, sample := sampleRuntimeCert(ctx, n)
+		status, _, body := post(ctx, contract.EventPath(n.Manager), sample, "")
 		Expect(status).To(Equal(http.StatusServiceUnavailable), "ext-authz down: the provider's statusOnError: %s", body)
 
 		retriesBefore := webhookCounter(ctx, "runtime_watcher_skr_webhook_delivery_attempts_total", map[string]string{"result": "5xx"})

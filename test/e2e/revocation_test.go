@@ -121,22 +121,6 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 		}, contract.ReasonSANMismatch),
 	)
 
-	// skrKeyPair is the runtime certificate the SKR holds now, with its key
-	// (what a leak would give away).
-	skrKeyPair := func(ctx context.Context) (*x509.Certificate, *tls.Certificate) {
-		GinkgoHelper()
-		var leaf *x509.Certificate
-		var pair tls.Certificate
-		Eventually(func(g Gomega) {
-			s := skrSecret(ctx, g, n)
-			var err error
-			pair, err = tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
-			g.Expect(err).NotTo(HaveOccurred())
-			leaf, err = x509.ParseCertificate(pair.Certificate[0])
-			g.Expect(err).NotTo(HaveOccurred())
-		}).Should(Succeed())
-		return leaf, &pair
-	}
 	// newerInSKR waits until the SKR holds a certificate issued after old
 	// (polled every 20 ms) and returns when that was seen.
 	newerInSKR := func(ctx context.Context, old *x509.Certificate, within time.Duration) time.Time {
@@ -167,7 +151,7 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 		DeferCleanup(func(ctx SpecContext) { Expect(h.Health().RestartController(ctx)).To(Succeed()) })
 		pathReady(ctx, n)
 
-		leaked, pair := skrKeyPair(ctx)
+		leaked, pair := sampleRuntimeCert(ctx, n)
 		post := poster(pair, "revocation-leaked")
 		Expect(post(ctx)).To(Equal(http.StatusOK), "the certificate to revoke is not allowed to begin with") // and no deny reason
 
@@ -194,7 +178,7 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 		Consistently(func(ctx context.Context) int { s, _ := post(ctx); return s }).WithContext(ctx).WithTimeout(time.Second).WithPolling(100*time.Millisecond).Should(Equal(http.StatusForbidden), "the revoked certificate was allowed again")
 
 		By("a renewal retires the previous certificate after the overlap")
-		previous, prevPair := skrKeyPair(ctx)
+		previous, prevPair := sampleRuntimeCert(ctx, n)
 		postPrev := poster(prevPair, "revocation-renewed")
 		Expect(postPrev(ctx)).To(Equal(http.StatusOK))
 		renewed := newerInSKR(ctx, previous, 2*time.Minute) // the runtime certificates renew every 40 s here

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"slices"
@@ -180,6 +181,27 @@ func skrSecret(ctx context.Context, g Gomega, n sample) *corev1.Secret {
 	var s corev1.Secret
 	g.Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: "skr-webhook-tls"}, &s)).To(Succeed())
 	return &s
+}
+
+// sampleRuntimeCert is the certificate the sample runtime presents now,
+// with its key: the one in its SKR, issued by vs-controller. Specs that act
+// as the sample runtime use it rather than one they issue themselves: a
+// certificate a spec issues is backdated an hour (test/pki), so once the
+// revocation spec retired the runtime's older certificates, the edge
+// rightly refuses it (revoked).
+func sampleRuntimeCert(ctx context.Context, n sample) (*x509.Certificate, *tls.Certificate) {
+	GinkgoHelper()
+	var leaf *x509.Certificate
+	var pair tls.Certificate
+	Eventually(func(g Gomega) {
+		s := skrSecret(ctx, g, n)
+		var err error
+		pair, err = tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
+		g.Expect(err).NotTo(HaveOccurred())
+		leaf, err = x509.ParseCertificate(pair.Certificate[0])
+		g.Expect(err).NotTo(HaveOccurred())
+	}).WithContext(ctx).Should(Succeed())
+	return leaf, &pair
 }
 
 func skrGatewayBundle(ctx context.Context, g Gomega, n sample) []*x509.Certificate {
