@@ -68,13 +68,15 @@ run: build envtest-assets ## Bring up KCP and SKR API servers and the whole syst
 	exec $(BIN)/run
 
 .PHONY: test
-test: envtest-assets verify ## Unit, integration and e2e tests against real API servers, then every fuzz target briefly.
-	go test $(GO_TEST_FLAGS) ./...
-	cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./...
-	cd test/tools/benchcompare && go test $(GO_TEST_FLAGS) ./...
-	cd test/tools/istio && go test $(GO_TEST_FLAGS) ./...
-	cd test/tools/kymalistener && go test $(GO_TEST_FLAGS) ./...
-	$(MAKE) --no-print-directory fuzz-short
+test: ## Unit, integration and e2e tests against real API servers, then every fuzz target briefly; each phase's wall time at the end.
+	@# test/phases.sh: the phases in order, stopping at the first failure,
+	@# and a table of their times (also after a failure).
+	@./test/phases.sh \
+	  "assets: $(MAKE) --no-print-directory envtest-assets" \
+	  "verify: $(MAKE) --no-print-directory verify" \
+	  "go-test: go test $(GO_TEST_FLAGS) ./..." \
+	  "tools: cd test/tools/monitoring && go test $(GO_TEST_FLAGS) ./... && cd ../benchcompare && go test $(GO_TEST_FLAGS) ./... && cd ../istio && go test $(GO_TEST_FLAGS) ./... && cd ../kymalistener && go test $(GO_TEST_FLAGS) ./..." \
+	  "fuzz-short: $(MAKE) --no-print-directory fuzz-short"
 
 ##@ Development
 
