@@ -82,7 +82,7 @@ func parseConfig(args []string, errOut io.Writer) (*config, error) {
 	fs.StringVar(&c.o.Trust.Store, "trust-store", trust.DefaultStore, "prefix of the ConfigMaps in --kyma-namespace remembering the CAs seen (<prefix>-runtime, <prefix>-gateway) and of the Secret keying their seals (<prefix>-seal, in --gateway-client-ca-secret's namespace)")
 	fs.Float64Var(&c.o.Trust.RenewalsPerSecond, "ca-renewals-per-second", 5, "runtime certificate renewals requested per second after a CA rotation")
 	fs.DurationVar(&c.o.Trust.Interval, "ca-poll-interval", 5*time.Second, "how often the CA Secrets are re-read")
-	fs.DurationVar(&c.o.Trust.Settle, "ca-settle", 2*time.Minute, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
+	fs.DurationVar(&c.o.Trust.Settle, "ca-settle", trust.DefaultSettle, "how long a new CA must be in the trust anchors (written Secrets reach pods: kubelet sync, Istio SDS) before certificates are re-issued by it")
 	fs.DurationVar(&c.o.CertificateDuration, "certificate-duration", 0, "lifetime of runtime certificates (0: cert-manager's default, 90 days)")
 	fs.DurationVar(&c.o.CertificateRenewBefore, "certificate-renew-before", 0, "renew runtime certificates this long before they expire (0: cert-manager's default, a third of the lifetime)")
 	fs.DurationVar(&c.o.CertificateOverlap, "certificate-overlap", retirement.DefaultOverlap, "how long a runtime's previous certificate stays good at the edge after its renewed one reached the SKR; older ones are refused (revoked) afterwards")

@@ -40,6 +40,9 @@ type Names struct {
 	SKRNamespace  string // where the skr-webhook objects live in the SKR
 	WatchedLabel  string // label key the sample Watcher selects (value: Manager)
 	GatewayNS     string // namespace of the Istio Gateway
+	// CASettle is vs-controller's --ca-settle: how long a new CA stays in
+	// the trust anchors before certificates are re-issued by it.
+	CASettle time.Duration
 }
 
 // Environment is a running Runtime Watcher system with one runtime.

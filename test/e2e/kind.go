@@ -26,6 +26,7 @@ import (
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 	"github.com/seed-c8be168e/runtime-watcher/test/testenv"
+	"github.com/seed-c8be168e/runtime-watcher/vs-controller/trust"
 )
 
 // kindEnvironment is a system that test/kind/e2e.sh deployed on kind with
@@ -174,7 +175,9 @@ func (e *kindEnvironment) Names() Names {
 		KymaNamespace: getenv("KYMA_NAMESPACE", localenv.KymaNamespace), RuntimeID: getenv("RUNTIME_ID", localenv.RuntimeID),
 		SKRDomain: getenv("SKR_DOMAIN", localenv.SKRDomain), Manager: getenv("MANAGER", localenv.Manager),
 		WatcherName: getenv("WATCHER_NAME", localenv.WatcherName), SKRNamespace: getenv("SKR_NAMESPACE", localenv.SKRNamespace),
-		WatchedLabel: localenv.WatchedLabel, GatewayNS: e.ingressNS,
+		// The manifests leave --ca-settle at its default: a kubelet
+		// updates mounted Secrets here.
+		WatchedLabel: localenv.WatchedLabel, GatewayNS: e.ingressNS, CASettle: trust.DefaultSettle,
 	}
 }
 func (e *kindEnvironment) KCP() client.Client   { return e.kcp }

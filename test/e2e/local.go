@@ -56,7 +56,7 @@ func (e *localEnvironment) Names() Names {
 	return Names{
 		KymaNamespace: localenv.KymaNamespace, RuntimeID: localenv.RuntimeID, SKRDomain: localenv.SKRDomain,
 		Manager: localenv.Manager, WatcherName: localenv.WatcherName, SKRNamespace: localenv.SKRNamespace,
-		WatchedLabel: localenv.WatchedLabel, GatewayNS: localenv.GatewayNamespace,
+		WatchedLabel: localenv.WatchedLabel, GatewayNS: localenv.GatewayNamespace, CASettle: localenv.CASettle,
 	}
 }
 func (e *localEnvironment) LowLimitClass() (string, string, ratelimit.Limit) {

@@ -385,7 +385,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		"--gateway-ca-secret", GatewayNamespace + "/" + GatewayCAName,
 		"--gateway-client-ca-secret", GatewayNamespace + "/" + GatewayTLSSecret + "-cacert",
 		"--gateway-certificate", GatewayNamespace + "/" + GatewayTLSSecret,
-		"--ca-poll-interval", "1s", "--ca-settle", "12s",
+		"--ca-poll-interval", "1s", "--ca-settle", CASettle.String(),
 		"--certificate-duration", LeafDuration.String(), "--certificate-renew-before", LeafRenewBefore.String(),
 		// A take-over from Lifecycle Manager (e2e spec takeover) switches
 		// admission once the webhook process serves the runtime's

@@ -36,6 +36,9 @@ const (
 	// a runtime certificate is re-issued every LeafDuration-LeafRenewBefore.
 	LeafDuration    = 2 * time.Minute
 	LeafRenewBefore = 80 * time.Second
+	// CASettle is vs-controller's --ca-settle here: no kubelet syncs
+	// Secret volumes, the processes read what is written within seconds.
+	CASettle = 12 * time.Second
 	// IdentitySigningName is the Certificate and Secret in KymaNamespace of
 	// ext-authz's identity signing key (tls.key; tls.crt is the verifiers'
 	// key set).

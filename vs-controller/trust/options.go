@@ -48,6 +48,11 @@ type Options struct {
 // DefaultStore is the default Store.
 const DefaultStore = "runtime-watcher-trust"
 
+// DefaultSettle is the default Settle (--ca-settle): a kubelet updates a
+// mounted Secret within its sync period (1 min) plus its cache's TTL (1
+// min by default), and Istio's SDS and the webhook's reload take seconds.
+const DefaultSettle = 2 * time.Minute
+
 // ClientCAConfigMapSuffix ends the name of the ConfigMap, in the Kyma
 // namespace, that holds the gateway's client CA bundle for ext-authz's
 // --ca-file: <Store>-client-ca (manifests/kcp/base/ext-authz.yaml).
