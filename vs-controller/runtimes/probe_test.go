@@ -181,12 +181,12 @@ func runProbeRows(t *testing.T, runtimeCA *pki.CA, rows []probeRow, probe func(*
 }
 
 var (
-	configMissing = health.Finding{Cause: health.CauseWebhookConfigMissing, Detail: "no ValidatingWebhookConfiguration skr-webhook in the SKR"}
-	configAltered = health.Finding{Cause: health.CauseWebhookConfigAltered, Detail: "ValidatingWebhookConfiguration skr-webhook differs from the one vs-controller applied"}
-	nothingHeard  = health.Finding{Cause: health.CauseNothingHeard,
+	wantConfigMissing = health.Finding{Cause: health.CauseWebhookConfigMissing, Detail: "no ValidatingWebhookConfiguration skr-webhook in the SKR"}
+	wantConfigAltered = health.Finding{Cause: health.CauseWebhookConfigAltered, Detail: "ValidatingWebhookConfiguration skr-webhook differs from the one vs-controller applied"}
+	wantNothingHeard  = health.Finding{Cause: health.CauseNothingHeard,
 		Detail: "certificate, trust, pinning, webhook configuration and readiness look right from the KCP: the SKR does not reach the gateway (network, DNS, egress)"}
-	noSecret = health.Finding{Cause: health.CauseWebhookNotReady, Detail: "no Secret skr-webhook-tls in the SKR"}
-	notReady = health.Finding{Cause: health.CauseWebhookNotReady, Detail: "no ready skr-webhook in the SKR"}
+	wantNoSecret = health.Finding{Cause: health.CauseWebhookNotReady, Detail: "no Secret skr-webhook-tls in the SKR"}
+	wantNotReady = health.Finding{Cause: health.CauseWebhookNotReady, Detail: "no ready skr-webhook in the SKR"}
 )
 
 // TestProbeConfig: the webhook configuration check, row by row.
@@ -196,17 +196,17 @@ func TestProbeConfig(t *testing.T) {
 	rows := []probeRow{
 		{name: "healthy: at the resourceVersion the pass applied, one metadata read", reads: 1},
 		{name: "healthy, not known (a restarted vs-controller): read in full and compared", edit: forget, reads: 2},
-		{name: "missing", edit: func(t *testing.T, f *probeFixture) { f.deleteSKR(t, f.webhookConfig(t)) }, want: configMissing, reads: 1},
+		{name: "missing", edit: func(t *testing.T, f *probeFixture) { f.deleteSKR(t, f.webhookConfig(t)) }, want: wantConfigMissing, reads: 1},
 		{name: "altered under vs-controller's hash", edit: func(t *testing.T, f *probeFixture) {
 			vwc := f.webhookConfig(t)
 			vwc.Webhooks[0].TimeoutSeconds = ptrTo(int32(29))
 			f.updateSKR(t, vwc)
-		}, want: configAltered, reads: 2},
+		}, want: wantConfigAltered, reads: 2},
 		{name: "altered: the hash annotation removed", edit: func(t *testing.T, f *probeFixture) {
 			vwc := f.webhookConfig(t)
 			delete(vwc.Annotations, diffapply.HashAnnotation)
 			f.updateSKR(t, vwc)
-		}, want: configAltered, reads: 2},
+		}, want: wantConfigAltered, reads: 2},
 		{name: "another hash: vs-controller's own change still to be pushed", edit: func(t *testing.T, f *probeFixture) {
 			vwc := f.webhookConfig(t)
 			vwc.Annotations[diffapply.HashAnnotation] = "0123456789abcdef01234567"
@@ -237,7 +237,7 @@ func TestProbeConfig(t *testing.T) {
 			forget(t, f)
 			f.deleteIssued(t)
 			f.deleteSKR(t, f.webhookConfig(t))
-		}, want: configMissing, reads: 1},
+		}, want: wantConfigMissing, reads: 1},
 	}
 	runProbeRows(t, runtimeCA, rows, (*Reconciler).Config)
 }
@@ -309,13 +309,13 @@ func TestProbeSilent(t *testing.T) {
 	keeper := func(t *testing.T, f *probeFixture) { f.withKeeper(t) }
 
 	rows := []probeRow{
-		{name: "nothing wrong in sight: nothing-heard", want: nothingHeard},
-		{name: "no Secret skr-webhook-tls", edit: noSecretInSKR, want: noSecret},
+		{name: "nothing wrong in sight: nothing-heard", want: wantNothingHeard},
+		{name: "no Secret skr-webhook-tls", edit: noSecretInSKR, want: wantNoSecret},
 		{name: "client certificate unparsable", edit: func(t *testing.T, f *probeFixture) { f.clientCert(t, []byte("not a certificate")) }, want: unparsable},
 		{name: "client certificate expired", edit: put(expired), want: expiredAt(expired)},
 		{name: "client certificate not yet valid", edit: put(notYet), want: validFrom(notYet)},
 		{name: "client certificate of a CA the gateway does not trust", edit: then(keeper, put(foreign)), want: gatewayUntrusted},
-		{name: "a CA the gateway does not trust, no trust keeper: not judged", edit: put(foreign), want: nothingHeard},
+		{name: "a CA the gateway does not trust, no trust keeper: not judged", edit: put(foreign), want: wantNothingHeard},
 		{name: "ext-authz: unknown runtime", edit: put(unknown), want: unknownRuntime},
 		{name: "ext-authz: SAN mismatch", edit: put(noSAN), want: sanMismatch},
 		{name: "ext-authz: the Kyma has no skr-domain", edit: put(domainless), want: health.Finding{Cause: health.CauseSANMismatch,
@@ -326,17 +326,17 @@ func TestProbeSilent(t *testing.T) {
 		// not a denial, the diagnosis goes on.
 		{name: "ext-authz cannot tell (Kyma lookup fails): judged on", edit: then(put(unknown), func(_ *testing.T, f *probeFixture) {
 			f.kcp.Fail(fakecluster.List, "Kyma", "", apierrors.NewInternalError(errNoKymas), -1)
-		}), want: nothingHeard},
-		{name: "skr-webhook Deployment not ready", edit: unready, want: notReady},
-		{name: "no skr-webhook Deployment", edit: noDeployment, want: notReady},
+		}), want: wantNothingHeard},
+		{name: "skr-webhook Deployment not ready", edit: unready, want: wantNotReady},
+		{name: "no skr-webhook Deployment", edit: noDeployment, want: wantNotReady},
 		{name: "readiness gets the runtime certificate's ca.crt without a trust keeper", edit: func(_ *testing.T, f *probeFixture) {
 			readyWithCA(f, f.runtimeCA.PEM)
-		}, want: nothingHeard},
+		}, want: wantNothingHeard},
 		{name: "readiness gets the keeper's runtime CA bundle", edit: func(t *testing.T, f *probeFixture) {
 			f.withKeeper(t)
 			readyWithCA(f, trust.EncodeBundle([]*x509.Certificate{f.runtimeCA.Cert}))
-		}, want: nothingHeard},
-		{name: "readiness refused: not ready", edit: func(_ *testing.T, f *probeFixture) { readyWithCA(f, []byte("another CA")) }, want: notReady},
+		}, want: wantNothingHeard},
+		{name: "readiness refused: not ready", edit: func(_ *testing.T, f *probeFixture) { readyWithCA(f, []byte("another CA")) }, want: wantNotReady},
 
 		{name: "SKR unreachable (the Secret): an error", edit: func(_ *testing.T, f *probeFixture) {
 			f.skr.Fail(fakecluster.Get, "Secret", bundle.SecretName, fakecluster.ErrUnreachable, 1)
@@ -353,7 +353,7 @@ func TestProbeSilent(t *testing.T) {
 		}, wantErr: "no kubeconfig Secret"},
 
 		// Order: two faults at once, the earlier check wins.
-		{name: "order: no Secret before readiness", edit: then(noSecretInSKR, noDeployment), want: noSecret},
+		{name: "order: no Secret before readiness", edit: then(noSecretInSKR, noDeployment), want: wantNoSecret},
 		{name: "order: unparsable before readiness", edit: then(func(t *testing.T, f *probeFixture) { f.clientCert(t, nil) }, unready), want: unparsable},
 		{name: "order: expired before ext-authz", edit: put(expiredUnknown), want: expiredAt(expiredUnknown)},
 		{name: "order: not yet valid before the gateway's CA", edit: then(keeper, put(notYetForeign)), want: validFrom(notYetForeign)},
@@ -369,4 +369,50 @@ var errNoKymas = errors.New("etcd timeout")
 
 func metaOf(key types.NamespacedName) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}
+}
+
+// TestChainEvaluate: the checks run in order; the first that finds a cause
+// or fails ends the chain, the ones after it are not run; a chain whose
+// checks all pass is healthy.
+func TestChainEvaluate(t *testing.T) {
+	var ran []string
+	pass := func(name string) check {
+		return func(context.Context, *probe) (health.Finding, error) {
+			ran = append(ran, name)
+			return health.Finding{}, nil
+		}
+	}
+	find := func(name string, c health.Cause) check {
+		return func(context.Context, *probe) (health.Finding, error) {
+			ran = append(ran, name)
+			return health.Finding{Cause: c, Detail: name}, nil
+		}
+	}
+	fail := func(name string) check {
+		return func(context.Context, *probe) (health.Finding, error) {
+			ran = append(ran, name)
+			return health.Finding{}, errors.New(name)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		c       chain
+		want    health.Finding
+		wantErr string
+		ran     string
+	}{
+		{"empty: healthy", nil, health.Finding{}, "", ""},
+		{"all pass: healthy", chain{pass("a"), pass("b")}, health.Finding{}, "", "a b"},
+		{"the first finding wins", chain{pass("a"), find("b", health.CauseCertificateExpired), find("c", health.CauseUnknownRuntime)},
+			health.Finding{Cause: health.CauseCertificateExpired, Detail: "b"}, "", "a b"},
+		{"an error ends it", chain{fail("a"), find("b", health.CauseUnknownRuntime)}, health.Finding{}, "a", "a"},
+		{"a finding before an error", chain{find("a", health.CauseWebhookNotReady), fail("b")},
+			health.Finding{Cause: health.CauseWebhookNotReady, Detail: "a"}, "", "a"},
+	} {
+		ran = nil
+		got, err := tc.c.evaluate(ctx, &probe{})
+		if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && err.Error() != tc.wantErr) || strings.Join(ran, " ") != tc.ran {
+			t.Errorf("%s: %+v, %v, ran %q; want %+v, %q, ran %q", tc.name, got, err, ran, tc.want, tc.wantErr, tc.ran)
+		}
+	}
 }
