@@ -13,7 +13,9 @@
 // interface) and the trust keeper (package trust) for the CA bundles its
 // bundle carries. Files: setup.go (watches and event mapping), reconcile.go
 // (one pass), finalize.go (removal), expiry.go (the trust a bundle carries,
-// certificate expiry).
+// certificate expiry), health.go (the runtimes the watch-path health
+// evaluator looks after), probe.go (what it sees of each, health.Prober:
+// two ordered chains of checks, the first cause found wins).
 //
 // Conventions (documented in the README):
 //   - runtime ID: the Kyma's label kyma-project.io/runtime-id, else its name;
