@@ -1,10 +1,8 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/api/contract"
-	"github.com/seed-c8be168e/runtime-watcher/api/v1beta2"
 	"github.com/seed-c8be168e/runtime-watcher/test/localenv"
 	"github.com/seed-c8be168e/runtime-watcher/test/pki"
 )
@@ -38,19 +35,8 @@ var _ = Describe("Adversaries at the edge", Label("adversary"), Ordered, func() 
 	// post sends an event for the sample runtime to path with cert; the
 	// error of the request (a refused TLS handshake) or its status.
 	post := func(ctx context.Context, path string, cert *tls.Certificate) (int, error) {
-		body, _ := json.Marshal(contract.WatchEvent{
-			Watched:    contract.ObjectKey{Namespace: n.SKRNamespace, Name: "edge-adversary"},
-			WatchedGvk: contract.GroupVersionKind{Group: v1beta2.GroupVersion.Group, Version: "v1beta2", Kind: "Kyma"},
-		})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+path, bytes.NewReader(body))
-		Expect(err).NotTo(HaveOccurred())
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := env.HTTPClient(cert).Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode, nil
+		status, _, _, err := postEvent(ctx, env.HTTPClient(cert), path, probeEvent(n, "edge-adversary"))
+		return status, err
 	}
 
 	// Finding 1 (HIGH): a tenant who may write VirtualServices in its own

@@ -227,16 +227,9 @@ var _ = Describe("A route that speaks for a runtime after ext-authz", Label("adv
 // the status, the deny reason and the body of the answer.
 func postVia(ctx context.Context, cert *tls.Certificate, path string, body any) (int, string, string) {
 	GinkgoHelper()
-	b, err := json.Marshal(body)
+	status, reason, answer, err := postEvent(ctx, env.HTTPClient(cert), path, body)
 	Expect(err).NotTo(HaveOccurred())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+path, bytes.NewReader(b))
-	Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := env.HTTPClient(cert).Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), string(answer)
+	return status, reason, answer
 }
 
 func mustJSON(v any) []byte {

@@ -1,11 +1,8 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/json"
-	"net/http"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -43,19 +40,8 @@ var _ = Describe("Adversaries in the KCP", Label("adversary"), Ordered, func() {
 	postAs := func(ctx context.Context, cert *pki.Leaf) (int, error) {
 		c, err := cert.TLS()
 		Expect(err).NotTo(HaveOccurred())
-		body, _ := json.Marshal(contract.WatchEvent{
-			Watched:    contract.ObjectKey{Namespace: n.SKRNamespace, Name: "forged-by-store-ca"},
-			WatchedGvk: contract.GroupVersionKind{Group: v1beta2.GroupVersion.Group, Version: "v1beta2", Kind: "Kyma"},
-		})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), bytes.NewReader(body))
-		Expect(err).NotTo(HaveOccurred())
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := env.HTTPClient(&c).Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode, nil
+		status, _, _, err := postEvent(ctx, env.HTTPClient(&c), contract.EventPath(n.Manager), probeEvent(n, "forged-by-store-ca"))
+		return status, err
 	}
 	has := func(cas []*x509.Certificate, c *x509.Certificate) bool {
 		for _, ca := range cas {

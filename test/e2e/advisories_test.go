@@ -152,7 +152,8 @@ var _ = Describe("Envoy's advisories as specs (real Envoy)", Ordered, Label("edg
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{TLSClientConfig: cfg}}
 	}
 	post := func(ctx context.Context, c *http.Client, name string) (int, string, error) {
-		return postEvent(ctx, n, c, name)
+		status, reason, _, err := postEvent(ctx, c, contract.EventPath(n.Manager), probeEvent(n, name))
+		return status, reason, err
 	}
 	// status posts with c and is the answer's status.
 	status := func(ctx context.Context, c *http.Client, name string) int {

@@ -47,7 +47,7 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 	poster := func(cert *tls.Certificate, name string) func(ctx context.Context) (int, string) {
 		c := env.HTTPClient(cert)
 		return func(ctx context.Context) (int, string) {
-			status, reason, err := postEvent(ctx, n, c, name)
+			status, reason, _, err := postEvent(ctx, c, contract.EventPath(n.Manager), probeEvent(n, name))
 			if err != nil {
 				return 0, err.Error()
 			}
@@ -194,22 +194,28 @@ var _ = Describe("Revocation without CRLs (real Envoy)", Ordered, Label("edge"),
 	})
 })
 
-// postEvent posts an event about the SKR object name to the gateway with
-// c; it returns the status and the deny reason.
-func postEvent(ctx context.Context, n sample, c *http.Client, name string) (int, string, error) {
-	body, _ := json.Marshal(probeEvent(n, name))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+contract.EventPath(n.Manager), bytes.NewReader(body))
+// postEvent posts body (an event, as JSON) to the gateway's path with c:
+// the e2e suite's one way to post as an SKR's webhook does. It returns the
+// status, the deny reason and up to 4 KiB of the answer, or the error of
+// the request (a refused TLS handshake).
+func postEvent(ctx context.Context, c *http.Client, path string, body any) (status int, reason, answer string, err error) {
+	b, err := json.Marshal(body)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.GatewayURL()+path, bytes.NewReader(b))
+	if err != nil {
+		return 0, "", "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	defer resp.Body.Close()
+	a, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), nil
+	return resp.StatusCode, resp.Header.Get(contract.HeaderDenyReason), string(a), nil
 }
 
 // extAuthzLog is the gateway's ext-authz log file (its decision log).
