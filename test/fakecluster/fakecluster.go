@@ -21,6 +21,8 @@
 //   - a record of every write (Writes, Count) and a count of reads
 //     (Reads, Lists), so a test can say "this pass wrote nothing" or "read each
 //     object once";
+//   - a strict mode (ExpectNoWrites): every write a test did not name fails
+//     the test, with the verb, kind and key of the write, and is refused;
 //   - around it: Runtimes (a skrclient.ClusterClients of fake runtimes),
 //     Managers (controller-runtime managers over a fake cluster, for the
 //     binaries' assembly), kubeconfig Secrets and Kymas (AddKyma, Kyma;
@@ -72,8 +74,13 @@ const (
 	Patch        = "patch"
 	Apply        = "apply"
 	Delete       = "delete"
-	StatusUpdate = "status-update"
-	StatusPatch  = "status-patch"
+	DeleteAllOf  = "deleteallof"
+	StatusUpdate = "status-update" // an update of any subresource
+	StatusPatch  = "status-patch"  // a patch of any subresource
+	StatusApply  = "status-apply"  // an apply of any subresource
+	// SubResourceCreate is a create of a subresource (an eviction, a
+	// token request).
+	SubResourceCreate = "subresource-create"
 )
 
 // clusterScoped are the kinds of the API server that are not namespaced,
@@ -179,9 +186,11 @@ type Cluster struct {
 	faults []*fault
 	writes []Write
 	reads  map[string]int // kind -> Gets, "list <kind>" -> Lists answered
+	strict *strictWindow  // nil: every write is accepted
 }
 
-// Write is one write the cluster accepted.
+// Write is one write the cluster accepted. For a DeleteAllOf, Name is ""
+// and Namespace the namespace of the call's options.
 type Write struct {
 	Verb, Kind, Namespace, Name string
 }
@@ -410,14 +419,20 @@ func (c *Cluster) record(verb string, obj runtime.Object, namespace, name string
 	c.writes = append(c.writes, Write{Verb: verb, Kind: kind, Namespace: namespace, Name: name})
 }
 
-// kindOf is obj's kind ("Foo" for a FooList).
-func (c *Cluster) kindOf(obj runtime.Object) string {
+// gvkOf is obj's group, version and kind: its own, else the scheme's.
+func (c *Cluster) gvkOf(obj runtime.Object) schema.GroupVersionKind {
 	gvk := obj.GetObjectKind().GroupVersionKind()
 	if gvk.Kind == "" {
 		if k, err := apiutil.GVKForObject(obj, c.scheme); err == nil {
 			gvk = k
 		}
 	}
+	return gvk
+}
+
+// kindOf is obj's kind ("Foo" for a FooList).
+func (c *Cluster) kindOf(obj runtime.Object) string {
+	gvk := c.gvkOf(obj)
 	if _, isList := obj.(client.ObjectList); isList && len(gvk.Kind) > 4 && gvk.Kind[len(gvk.Kind)-4:] == "List" {
 		return gvk.Kind[:len(gvk.Kind)-4]
 	}
@@ -462,6 +477,11 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			return nil
 		},
 		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if !dryRun(opts) {
+				if err := c.expected(Create, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+					return err
+				}
+			}
 			if err := c.check(Create, obj, obj.GetName()); err != nil {
 				return err
 			}
@@ -474,6 +494,9 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			return nil
 		},
 		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.expected(Update, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+				return err
+			}
 			if err := c.check(Update, obj, obj.GetName()); err != nil {
 				return err
 			}
@@ -484,6 +507,9 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			return nil
 		},
 		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := c.expected(Patch, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+				return err
+			}
 			if err := c.check(Patch, obj, obj.GetName()); err != nil {
 				return err
 			}
@@ -498,6 +524,9 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			if err != nil {
 				return err
 			}
+			if err := c.expected(Apply, u, u.GetNamespace(), u.GetName()); err != nil {
+				return err
+			}
 			if err := c.check(Apply, u, u.GetName()); err != nil {
 				return err
 			}
@@ -508,6 +537,9 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			return nil
 		},
 		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := c.expected(Delete, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+				return err
+			}
 			if err := c.check(Delete, obj, obj.GetName()); err != nil {
 				return err
 			}
@@ -518,6 +550,9 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			return nil
 		},
 		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := c.expected(StatusUpdate, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+				return err
+			}
 			if err := c.check(StatusUpdate, obj, obj.GetName()); err != nil {
 				return err
 			}
@@ -528,6 +563,9 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 			return nil
 		},
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := c.expected(StatusPatch, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+				return err
+			}
 			if err := c.check(StatusPatch, obj, obj.GetName()); err != nil {
 				return err
 			}
@@ -535,6 +573,51 @@ func (c *Cluster) interceptor() interceptor.Funcs {
 				return err
 			}
 			c.record(StatusPatch, obj, obj.GetNamespace(), obj.GetName())
+			return nil
+		},
+		DeleteAllOf: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
+			o := &client.DeleteAllOfOptions{}
+			o.ApplyOptions(opts)
+			if err := c.expected(DeleteAllOf, obj, o.Namespace, ""); err != nil {
+				return err
+			}
+			if err := c.check(DeleteAllOf, obj, ""); err != nil {
+				return err
+			}
+			if err := cl.DeleteAllOf(ctx, obj, opts...); err != nil {
+				return err
+			}
+			c.record(DeleteAllOf, obj, o.Namespace, "")
+			return nil
+		},
+		SubResourceCreate: func(ctx context.Context, cl client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if err := c.expected(SubResourceCreate, obj, obj.GetNamespace(), obj.GetName()); err != nil {
+				return err
+			}
+			if err := c.check(SubResourceCreate, obj, obj.GetName()); err != nil {
+				return err
+			}
+			if err := cl.SubResource(sub).Create(ctx, obj, subObj, opts...); err != nil {
+				return err
+			}
+			c.record(SubResourceCreate, obj, obj.GetNamespace(), obj.GetName())
+			return nil
+		},
+		SubResourceApply: func(ctx context.Context, cl client.Client, sub string, ac runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			u, err := applied(ac)
+			if err != nil {
+				return err
+			}
+			if err := c.expected(StatusApply, u, u.GetNamespace(), u.GetName()); err != nil {
+				return err
+			}
+			if err := c.check(StatusApply, u, u.GetName()); err != nil {
+				return err
+			}
+			if err := cl.SubResource(sub).Apply(ctx, ac, opts...); err != nil {
+				return err
+			}
+			c.record(StatusApply, u, u.GetNamespace(), u.GetName())
 			return nil
 		},
 	}

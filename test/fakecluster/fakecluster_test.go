@@ -3,6 +3,8 @@ package fakecluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -138,4 +140,120 @@ func typed(gvk schema.GroupVersionKind) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	return u
+}
+
+// recorder is a testing.TB that keeps what Errorf reports instead of
+// failing the test (the rest is the real test's: Cleanup, Helper).
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// TestExpectNoWrites: while the cluster is strict every write of every
+// verb — also through a client Runtimes hands out — fails the test naming
+// the verb, kind and key, and is refused (an error, the object as it was,
+// no record); reads, dry runs and allowed writes pass; after end (or the
+// test's end) writes are accepted again.
+func TestExpectNoWrites(t *testing.T) {
+	widget := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
+	kyma := fakecluster.Kyma("kcp-system", "k", "", "")
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	fakecluster.AddKyma(s)
+	c := fakecluster.New(t, s, fakecluster.WithKinds(map[schema.GroupVersionKind]bool{widget: false}),
+		fakecluster.WithObjects(cm("a"), cm("b"), kyma))
+	rts := &fakecluster.Runtimes{}
+	rts.Add("rt", c)
+	viaRuntimes, err := rts.For(ctx, "rt", []byte("kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec := &recorder{TB: t}
+	end := c.ExpectNoWrites(rec, fakecluster.Write{Verb: fakecluster.Update, Kind: "ConfigMap", Name: "b"})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "a"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("a read while strict: %v", err)
+	}
+	if err := c.List(ctx, &corev1.ConfigMapList{}); err != nil {
+		t.Errorf("a list while strict: %v", err)
+	}
+	if err := c.Create(ctx, cm("dry"), client.DryRunAll); err != nil {
+		t.Errorf("a dry run while strict: %v", err)
+	}
+	b := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "b"}, b); err != nil {
+		t.Fatal(err)
+	}
+	b.Data = map[string]string{"allowed": "yes"}
+	if err := c.Update(ctx, b); err != nil {
+		t.Errorf("an allowed update: %v", err)
+	}
+	if len(rec.errs) != 0 {
+		t.Fatalf("reads, a dry run and an allowed write failed the test: %q", rec.errs)
+	}
+
+	changed := cm("a")
+	changed.Data = map[string]string{"k": "v"}
+	np := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"podSelector": map[string]any{}}}}
+	np.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
+	np.SetNamespace("default")
+	np.SetName("np")
+	status := kyma.DeepCopy()
+	status.Object["status"] = map[string]any{"state": "Ready"}
+	statusAC := client.ApplyConfigurationFromUnstructured(status.DeepCopy())
+	for _, tc := range []struct {
+		write func() error
+		want  string
+	}{
+		{func() error { return c.Create(ctx, cm("new")) }, "unexpected create of v1 ConfigMap default/new "},
+		{func() error { return c.Update(ctx, changed) }, "unexpected update of v1 ConfigMap default/a "},
+		{func() error { return c.Patch(ctx, changed, client.Merge) }, "unexpected patch of v1 ConfigMap default/a "},
+		{func() error {
+			return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(np), client.FieldOwner("test"))
+		}, "unexpected apply of networking.k8s.io/v1 NetworkPolicy default/np "},
+		{func() error { return c.Delete(ctx, cm("a")) }, "unexpected delete of v1 ConfigMap default/a "},
+		{func() error { return c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace("default")) }, "unexpected deleteallof of v1 ConfigMap default/* "},
+		{func() error { return c.Status().Update(ctx, status) }, "unexpected status-update of operator.kyma-project.io/v1beta2 Kyma kcp-system/k "},
+		{func() error { return c.Status().Patch(ctx, status, client.Merge) }, "unexpected status-patch of operator.kyma-project.io/v1beta2 Kyma kcp-system/k "},
+		{func() error { return c.Status().Apply(ctx, statusAC, client.FieldOwner("test")) }, "unexpected status-apply of operator.kyma-project.io/v1beta2 Kyma kcp-system/k "},
+		{func() error {
+			return c.SubResource("eviction").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}}, &corev1.Pod{})
+		}, "unexpected subresource-create of v1 Pod default/p "},
+		{func() error { return viaRuntimes.Create(ctx, cm("skr")) }, "unexpected create of v1 ConfigMap default/skr "},
+		{func() error { return c.Update(ctx, b) }, ""}, // allowed, still
+	} {
+		rec.errs = nil
+		err := tc.write()
+		if tc.want == "" {
+			if err != nil || len(rec.errs) != 0 {
+				t.Errorf("an allowed write: %v, reported %q", err, rec.errs)
+			}
+			continue
+		}
+		if !errors.Is(err, fakecluster.ErrUnexpectedWrite) {
+			t.Errorf("%s: the write returned %v, want ErrUnexpectedWrite", tc.want, err)
+		}
+		if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], tc.want) {
+			t.Errorf("reported %q, want one report of %q", rec.errs, tc.want)
+		}
+	}
+	got := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "a"}, got); err != nil || got.Data != nil {
+		t.Errorf("a refused write changed the object: %v, %v", err, got.Data)
+	}
+	if w := c.Writes(); len(w) != 2 {
+		t.Errorf("writes %v, want the two allowed updates only", w)
+	}
+
+	end()
+	rec.errs = nil
+	if err := c.Update(ctx, changed); err != nil || len(rec.errs) != 0 {
+		t.Errorf("after end: %v, reported %q", err, rec.errs)
+	}
 }
