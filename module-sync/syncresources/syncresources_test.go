@@ -183,11 +183,14 @@ func TestReconcileApplies(t *testing.T) {
 		t.Errorf("runtime clients %q: want the module's user and the probe user", asked)
 	}
 
-	s.kcp.Reset()
+	// The drift pass writes nothing to the KCP; in the runtime it applies
+	// the item again (that is how drift is repaired) and nothing else (the
+	// module's RBAC is in place).
+	endKCP := s.kcp.ExpectNoWrites(t)
+	endSKR := s.skr.ExpectNoWrites(t, fakecluster.Write{Verb: fakecluster.Apply, Kind: "ConfigMap", Namespace: "team-a", Name: "cm"})
 	s.reconcile(t)
-	if w := s.kcp.Writes(); len(w) != 0 {
-		t.Errorf("a drift pass with nothing new wrote %v to the KCP", w)
-	}
+	endKCP()
+	endSKR()
 
 	// Deletion: the ConfigMap goes, then the finalizer (and the object).
 	if err := s.kcp.Delete(ctx, s.get(t)); err != nil {
@@ -227,13 +230,14 @@ func TestReconcileNotOurs(t *testing.T) {
 	if err := s.kcp.Delete(ctx, s.get(t)); err != nil {
 		t.Fatal(err)
 	}
-	s.kcp.Reset()
-	s.skr.Reset()
+	endKCP, endSKR := s.kcp.ExpectNoWrites(t), s.skr.ExpectNoWrites(t)
 	if res := s.reconcile(t); res != (reconcile.Result{}) {
 		t.Errorf("not ours: %+v", res)
 	}
-	if w := append(s.kcp.Writes(), s.skr.Writes()...); len(w) != 0 || s.configMap(t, "cm") == nil {
-		t.Errorf("a SyncResource without module-sync's finalizer was cleaned up: writes %v", w)
+	endKCP()
+	endSKR()
+	if s.configMap(t, "cm") == nil {
+		t.Error("a SyncResource without module-sync's finalizer was cleaned up")
 	}
 }
 
@@ -491,6 +495,11 @@ func TestNoModule(t *testing.T) {
 	sr := syncResource("alice", configMapItem("cm", "1"))
 	sr.Spec.Module = ""
 	s := newSetup(t, sr)
+	// Nothing in the runtime; in the KCP the SyncResource's finalizer
+	// (added before its items are looked at) and the status that says why.
+	s.skr.ExpectNoWrites(t)
+	s.kcp.ExpectNoWrites(t, fakecluster.Write{Verb: fakecluster.Update, Kind: "SyncResource", Namespace: ns, Name: "sr"},
+		fakecluster.Write{Verb: fakecluster.StatusUpdate, Kind: "SyncResource", Namespace: ns, Name: "sr"})
 	s.reconcile(t)
 	got := s.get(t)
 	if got.Status.State != v1alpha1.StateWarning || len(got.Status.Items) != 1 || got.Status.Items[0].State != v1alpha1.ItemRefused ||
