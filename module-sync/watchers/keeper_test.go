@@ -64,10 +64,11 @@ func TestKeeper(t *testing.T) {
 		t.Errorf("a Watcher not named module-sync-…: %v, want kept", err)
 	}
 
-	c.Reset()
-	if err := pass(); err != nil || len(c.Writes()) != 0 {
-		t.Errorf("nothing to do: %v, writes %v", err, c.Writes())
+	end := c.ExpectNoWrites(t)
+	if err := pass(); err != nil {
+		t.Errorf("nothing to do: %v", err)
 	}
+	end()
 	w := &v1beta2.Watcher{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(Desired(cfg)[0]), w); err != nil {
 		t.Fatal(err)
