@@ -201,12 +201,10 @@ func TestFakeRoute(t *testing.T) {
 		t.Error("not counted as applied")
 	}
 
-	s.kcp.Reset()
 	unchanged := vsReconciles("unchanged")
+	end := s.kcp.ExpectNoWrites(t)
 	s.reconcile(t, "kcp-system", "w")
-	if w := s.kcp.Writes(); len(w) != 0 {
-		t.Errorf("a pass with nothing new wrote %v", w)
-	}
+	end()
 	if vsReconciles("unchanged")-unchanged != 1 || len(s.events()) != 0 {
 		t.Error("second pass: not counted as unchanged, or an Event")
 	}
