@@ -253,10 +253,14 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 	}, NodeTimeout(5*time.Minute))
 
 	// The round trip is measured beside its twin (the same edits with one
-	// module-sync in the same run) and reported, not asserted: on a shared
-	// 2-core machine the twin's own p99 passes 100 ms (docs/performance.md
-	// "module-sync shards" has the figures and the goal's status). Asserted:
-	// every event reaches the owner within the gateway's retries. The
+	// module-sync in the same run) and asserted against it: the sharded
+	// p50 within 2x the twin's + 20 ms (sharding may cost a gateway retry
+	// on a replica that does not own the runtime, not a second trip). The
+	// p90 and p99 are reported, not asserted: under load some sharded
+	// events still spend up to ~160 ms inside Envoy (docs/performance.md,
+	// "What remains"), 6 of 40 in one run, and of 40 edits the p99 is the
+	// slowest one. Asserted too: every event reaches the owner within the
+	// gateway's retries. The
 	// stages (module-sync's event_latency_seconds of the twin and the owner)
 	// say where an edit's time went; with -ginkgo.v every edit's times are
 	// printed.
@@ -342,6 +346,8 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		AddReportEntry("webhook retries during the 40 sharded edits (events the gateway did not bring to the owner)", retried)
 		AddReportEntry("first leg SKR → ModuleConfig ms (one module-sync p50/p90/p99 | 3 shards p50/p90/p99)", fmt.Sprintf("%.1f/%.1f/%.1f | %.1f/%.1f/%.1f",
 			ms(toKCPBaseline, 0.5), ms(toKCPBaseline, 0.9), ms(toKCPBaseline, 0.99), ms(toKCP, 0.5), ms(toKCP, 0.9), ms(toKCP, 0.99)))
+		Expect(ms(rt, 0.5)).To(BeNumerically("<=", 2*ms(baseline, 0.5)+20),
+			"the sharded round trip's p50 (%.1f ms) beyond 2x the one-replica twin's (%.1f ms) + 20 ms", ms(rt, 0.5), ms(baseline, 0.5))
 		Expect(refused).To(BeNumerically(">", 0), "no event landed on a replica that does not own the runtime: the 503 path was not exercised")
 		// With the membership settled every event reaches the owner within
 		// the gateway's retries: none is refused by every replica and sent
