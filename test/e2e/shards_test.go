@@ -357,6 +357,48 @@ var _ = Describe("shards", Label("shards"), Ordered, func() {
 		Expect(settled(ctx)).To(Equal(owner), "the owner changed without a membership change")
 	}, NodeTimeout(3*time.Minute))
 
+	// As the manifests ship them, the vs-controller replicas serve health
+	// reports, each on its own listener behind the gateway's health route;
+	// only the leader evaluates, the others answer 421 and the webhook
+	// tries again at once (vs-controller/health, skr-webhook/delivery).
+	It("hands a health report that lands on a vs-controller replica not evaluating it to the one that does (421), across the replicas' processes", func(ctx SpecContext) {
+		vsSettled(ctx)
+		type counts struct{ accepted, misdirected float64 }
+		read := func(g Gomega) map[string]counts {
+			out := map[string]counts{}
+			for _, r := range vsMembers.Replicas() {
+				text, err := promtext.Fetch(ctx, r.MetricsURL)
+				g.Expect(err).NotTo(HaveOccurred())
+				var c counts
+				c.accepted, _ = promtext.Sum(text, "runtime_watcher_vs_controller_health_reports_total", map[string]string{"result": "accepted"})
+				c.misdirected, _ = promtext.Sum(text, "runtime_watcher_vs_controller_health_reports_total", map[string]string{"result": "not-evaluating"})
+				out[r.Identity] = c
+			}
+			return out
+		}
+		before := read(Default)
+		// A report every skr-webhook --health-interval (30 s); each lands on
+		// a replica the gateway picks: within 5 min one was answered 421
+		// with near certainty, and every report reached the evaluator.
+		var took time.Duration
+		start := time.Now()
+		Eventually(func(g Gomega) {
+			now := read(g)
+			var misdirected float64
+			var acceptedBy []string
+			for id, c := range now {
+				misdirected += c.misdirected - before[id].misdirected
+				if c.accepted > before[id].accepted {
+					acceptedBy = append(acceptedBy, id)
+				}
+			}
+			g.Expect(acceptedBy).To(HaveLen(1), "reports accepted by %v: one replica (the leader) evaluates", acceptedBy)
+			g.Expect(misdirected).To(BeNumerically(">", 0), "no report landed on a replica that does not evaluate: the 421 path was not exercised")
+			took = time.Since(start)
+		}).WithContext(ctx).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("a report answered 421 by a non-evaluating vs-controller replica and one accepted by the evaluator after", took.Round(time.Second).String())
+	}, NodeTimeout(6*time.Minute))
+
 	It("moves the runtime within 30 s when its owner is SIGKILLed, and the next edit reaches the new owner", func(ctx SpecContext) {
 		owner := settled(ctx)
 		Expect(members.Kill(ctx, owner)).To(Succeed())

@@ -168,6 +168,9 @@ type System struct {
 	vsBinary string
 	vsArgs   []string
 	vsHealth string
+	// vsReports is the one vs-controller's health report listener (the
+	// endpoint of VSControllerHealthService while no replicas run).
+	vsReports string
 	vsStarts int
 
 	// extauthz.go: ext-authz's process and how to start it again.
@@ -278,6 +281,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	authzMetrics, opMetrics, webhookMetrics := addr(8), addr(9), addr(10)
 	msListen, msHealth, msMetrics, mmHealth := addr(11), addr(12), addr(13), addr(14)
 	vsHealthReports, vsMetrics := addr(15), addr(16)
+	s.vsReports = vsHealthReports
 	s.VSControllerMetricsURL = "http://" + vsMetrics + "/metrics"
 	s.GatewayAddr = net.JoinHostPort(GatewayHost, strconv.Itoa(s.gatewayPort))
 	s.WebhookMetricsURL = "http://" + webhookMetrics + "/metrics"

@@ -214,17 +214,17 @@ func (s *System) restartModuleSync(ctx context.Context) error {
 	if err := p.waitReady(ctx, "http://"+s.msHealth+"/readyz", time.Minute); err != nil {
 		return err
 	}
-	return s.setModuleSyncEndpoints(ctx, []string{s.msListen})
+	return s.setEndpoints(ctx, ModuleSyncService, ModuleSyncPort, []string{s.msListen})
 }
 
-// setModuleSyncEndpoints makes addrs the endpoints of module-sync's
-// ServiceEntry.
-func (s *System) setModuleSyncEndpoints(ctx context.Context, addrs []string) error {
+// setEndpoints makes addrs the endpoints of the ServiceEntry name (in
+// KymaNamespace) on port, as a Deployment's Service has its ready pods.
+func (s *System) setEndpoints(ctx context.Context, name string, port uint32, addrs []string) error {
 	se := &istionetworkingv1.ServiceEntry{}
-	if err := s.KCP.Client.Get(ctx, client.ObjectKey{Namespace: KymaNamespace, Name: ModuleSyncService}, se); err != nil {
+	if err := s.KCP.Client.Get(ctx, client.ObjectKey{Namespace: KymaNamespace, Name: name}, se); err != nil {
 		return err
 	}
-	portName := "port-" + strconv.FormatUint(uint64(ModuleSyncPort), 10)
+	portName := "port-" + strconv.FormatUint(uint64(port), 10)
 	se.Spec.Endpoints = nil
 	for _, a := range addrs {
 		host, port, err := net.SplitHostPort(a)

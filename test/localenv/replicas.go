@@ -39,9 +39,19 @@ type Replicas struct {
 // Replica is one of Replicas.
 type Replica struct {
 	Identity, MetricsURL string
-	// Listen is the replica's listener (module-sync's --listen-addr).
+	// Listen is the replica's listener behind the gateway: module-sync's
+	// --listen-addr, vs-controller's --health-report-bind-address.
 	Listen string
 	p      *process
+}
+
+// listeners are the replicas' Listen addresses.
+func listeners(rs []Replica) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.Listen)
+	}
+	return out
 }
 
 // Replicas are the running replicas.
@@ -141,10 +151,12 @@ func (m *Replicas) addReplicas(ctx context.Context, n int) (*Replicas, error) {
 }
 
 // ShardVSController stops the environment's vs-controller and starts n
-// replicas (identities vs-controller-<k>, Leases of lease). The replicas
-// serve no health reports (--health-report-bind-address 0: the gateway's
-// health route has one endpoint, the one process's), so the watch-path
-// health evaluation is off while they run.
+// replicas (identities vs-controller-<k>, Leases of lease), each with its
+// own health report listener (--health-report-bind-address), as the
+// manifests run them: the gateway's health route (the ServiceEntry
+// VSControllerHealthService) has the live replicas' listeners as
+// endpoints, and a replica that does not evaluate a runtime answers its
+// reports 421 (the webhook tries again at once).
 func (s *System) ShardVSController(ctx context.Context, n int, lease time.Duration) (*Replicas, error) {
 	s.vsMu.Lock()
 	err := s.vs.stop()
@@ -154,8 +166,19 @@ func (s *System) ShardVSController(ctx context.Context, n int, lease time.Durati
 		return nil, err
 	}
 	m := &Replicas{s: s, component: "vs-controller", binary: s.vsBinary, args: s.vsArgs, lease: lease,
-		flags:   func(*Replica) []string { return []string{"--health-report-bind-address", "0"} },
-		restore: func(ctx context.Context) error { return s.RestartVSController(ctx) },
+		flags: func(r *Replica) []string {
+			r.Listen = testenv.FreeAddr()
+			return []string{"--health-report-bind-address", r.Listen}
+		},
+		changed: func(ctx context.Context, live []Replica) error {
+			return s.setEndpoints(ctx, VSControllerHealthService, VSControllerHealthPort, listeners(live))
+		},
+		restore: func(ctx context.Context) error {
+			if err := s.setEndpoints(ctx, VSControllerHealthService, VSControllerHealthPort, []string{s.vsReports}); err != nil {
+				return err
+			}
+			return s.RestartVSController(ctx)
+		},
 	}
 	return m.addReplicas(ctx, n)
 }
@@ -176,11 +199,7 @@ func (s *System) ShardModuleSync(ctx context.Context, n int, lease time.Duration
 			return []string{"--listen-addr", r.Listen}
 		},
 		changed: func(ctx context.Context, live []Replica) error {
-			addrs := make([]string, 0, len(live))
-			for _, r := range live {
-				addrs = append(addrs, r.Listen)
-			}
-			return s.setModuleSyncEndpoints(ctx, addrs)
+			return s.setEndpoints(ctx, ModuleSyncService, ModuleSyncPort, listeners(live))
 		},
 		restore: s.restartModuleSync,
 	}
