@@ -171,7 +171,7 @@ type System struct {
 	// vsReports is the one vs-controller's health report listener (the
 	// endpoint of VSControllerHealthService while no replicas run).
 	vsReports string
-	vsStarts int
+	vsStarts  int
 
 	// extauthz.go: ext-authz's process and how to start it again.
 	authz extAuthzProcess
