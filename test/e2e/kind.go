@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -72,6 +73,14 @@ func ConnectKind(ctx context.Context, log logr.Logger) (Environment, error) {
 	skrCfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("SKR_KUBECONFIG"))
 	if err != nil {
 		return nil, fmt.Errorf("SKR_KUBECONFIG: %w", err)
+	}
+	// client-go's default of 5 requests a second (burst 10) throttled the
+	// specs' writers (startWriter paces about 20 writes a second, the
+	// kind-faults specs run two) to a few writes a second on kind, with
+	// "client-side throttling" in the log; envtest's configs of the local
+	// environment allow 1000.
+	for _, c := range []*rest.Config{kcpCfg, skrCfg} {
+		c.QPS, c.Burst = 200, 400
 	}
 	workloads := map[Component]Workload{}
 	for _, w := range []struct {
