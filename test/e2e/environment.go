@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed-c8be168e/runtime-watcher/ext-authz/ratelimit"
@@ -290,4 +291,48 @@ type HealthControls interface {
 type HealthRuntime interface {
 	ID() string
 	SKR() client.Client
+}
+
+// ClusterEnvironment is an Environment whose components run as pods of
+// Deployments on real clusters (the kind one, test/kind/e2e.sh): the specs
+// labelled "kind-faults" delete and restart those pods. The local
+// environment runs processes, not pods, and does not implement it; the
+// local suite leaves every spec labelled "kind-only" out.
+type ClusterEnvironment interface {
+	// KCPClientset and SKRClientset reach the two clusters.
+	KCPClientset() kubernetes.Interface
+	SKRClientset() kubernetes.Interface
+	// Workload is where component c runs.
+	Workload(c Component) Workload
+}
+
+// Component is a part of the system that runs as a Deployment.
+type Component string
+
+// The components of a ClusterEnvironment.
+const (
+	ComponentExtAuthz     Component = "ext-authz"
+	ComponentVSController Component = "vs-controller"
+	ComponentOperator     Component = "example-operator"
+	ComponentGateway      Component = "istio-ingressgateway"
+	ComponentWebhook      Component = "skr-webhook"
+)
+
+// Workload is the Deployment of a component.
+type Workload struct {
+	// InSKR: the Deployment is in the SKR cluster (else in the KCP).
+	InSKR     bool
+	Namespace string
+	Name      string
+	// LeaderLease is the leader election Lease (in Namespace) whose holder
+	// is the replica that does the work ("" when every replica does).
+	LeaderLease string
+}
+
+func (w Workload) String() string {
+	cluster := "KCP"
+	if w.InSKR {
+		cluster = "SKR"
+	}
+	return "Deployment " + w.Namespace + "/" + w.Name + " in the " + cluster
 }

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,6 +40,9 @@ import (
 //	CA_SECRET                       namespace/name of the Secret of the CA that signs runtime certificates
 //	OPERATOR_NAMESPACE, OPERATOR_SELECTOR  where the example operator's pod logs are read
 //	INGRESS_NAMESPACE, INGRESS_DEPLOYMENT  the Istio ingress gateway Deployment (scaled for outages)
+//	EXT_AUTHZ_DEPLOYMENT, VS_CONTROLLER_DEPLOYMENT, OPERATOR_DEPLOYMENT (KCP),
+//	WEBHOOK_DEPLOYMENT (SKR)        namespace/name of the components' Deployments
+//	                                (ClusterEnvironment, the "kind-faults" specs)
 type kindEnvironment struct {
 	kcp, skr   client.Client
 	kcpClients *kubernetes.Clientset
@@ -50,6 +54,7 @@ type kindEnvironment struct {
 	gatewayHst string
 	ingressNS  string
 	ingressDep string
+	workloads  map[Component]Workload
 }
 
 func getenv(key, def string) string {
@@ -69,7 +74,39 @@ func ConnectKind(ctx context.Context, log logr.Logger) (Environment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("SKR_KUBECONFIG: %w", err)
 	}
+	// client-go's default of 5 requests a second (burst 10) throttled the
+	// specs' writers (startWriter paces about 20 writes a second, the
+	// kind-faults specs run two) to a few writes a second on kind, with
+	// "client-side throttling" in the log; envtest's configs of the local
+	// environment allow 1000.
+	for _, c := range []*rest.Config{kcpCfg, skrCfg} {
+		c.QPS, c.Burst = 200, 400
+	}
+	workloads := map[Component]Workload{}
+	for _, w := range []struct {
+		c        Component
+		env, def string
+		skr      bool
+		lease    string
+	}{
+		{ComponentExtAuthz, "EXT_AUTHZ_DEPLOYMENT", "kcp-system/ext-authz", false, ""},
+		{ComponentVSController, "VS_CONTROLLER_DEPLOYMENT", "kcp-system/vs-controller", false, "vs-controller.operator.kyma-project.io"},
+		{ComponentOperator, "OPERATOR_DEPLOYMENT", getenv("OPERATOR_NAMESPACE", localenv.KymaNamespace) + "/example-operator", false, "example-operator.runtime-watcher.kyma-project.io"},
+		{ComponentGateway, "", getenv("INGRESS_NAMESPACE", "istio-system") + "/" + getenv("INGRESS_DEPLOYMENT", "istio-ingressgateway"), false, ""},
+		{ComponentWebhook, "WEBHOOK_DEPLOYMENT", getenv("SKR_NAMESPACE", localenv.SKRNamespace) + "/skr-webhook", true, ""},
+	} {
+		ref := w.def
+		if w.env != "" {
+			ref = getenv(w.env, w.def)
+		}
+		ns, name, ok := strings.Cut(ref, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("%s=%q: want namespace/name", w.env, ref)
+		}
+		workloads[w.c] = Workload{InSKR: w.skr, Namespace: ns, Name: name, LeaderLease: w.lease}
+	}
 	e := &kindEnvironment{
+		workloads:  workloads,
 		events:     make(chan Event, 4096),
 		gatewayAdr: getenv("GATEWAY_ADDR", "localhost:30443"),
 		gatewayHst: getenv("GATEWAY_HOST", "watcher.kcp.local"),
@@ -109,12 +146,16 @@ func (e *kindEnvironment) loadCA(ctx context.Context, ref string) (*pki.CA, erro
 // followOperator streams the logs of every example operator pod (their
 // JSON event lines; with 2 replicas and leader election the events are on
 // the leader's), following new pods as they appear and reconnecting when a
-// stream ends.
+// stream ends: a reconnected stream resumes after the last line it read
+// (the kubelet's timestamps), so no line is lost or read twice while the
+// pod lives (the "kind-faults" specs delete and restart these pods).
 func (e *kindEnvironment) followOperator(ctx context.Context, log logr.Logger, ns, selector string) {
 	var mu sync.Mutex
 	following := map[string]bool{}
-	seen := map[string]bool{} // pods streamed before: later streams start now
-	start := metav1.Now()
+	// after: per pod streamed before, the kubelet timestamp of the last
+	// line read (or when its stream started, if it had none).
+	after := map[string]time.Time{}
+	start := time.Now()
 	for ctx.Err() == nil {
 		pods, err := e.kcpClients.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(pods.Items) == 0 {
@@ -125,19 +166,19 @@ func (e *kindEnvironment) followOperator(ctx context.Context, log logr.Logger, n
 				mu.Lock()
 				busy := following[p.Name]
 				following[p.Name] = true
-				mu.Unlock()
-				since := start
-				if seen[p.Name] {
-					since = metav1.Now()
+				from, seen := after[p.Name]
+				if !seen {
+					from = start
 				}
-				seen[p.Name] = true
+				mu.Unlock()
 				if !busy {
-					go func(name string, since metav1.Time) {
-						e.followPod(ctx, ns, name, since)
+					go func(name string, from time.Time) {
+						last := e.followPod(ctx, ns, name, from)
 						mu.Lock()
 						delete(following, name)
+						after[name] = last
 						mu.Unlock()
-					}(p.Name, since)
+					}(p.Name, from)
 				}
 			}
 		}
@@ -149,25 +190,42 @@ func (e *kindEnvironment) followOperator(ctx context.Context, log logr.Logger, n
 	}
 }
 
-// followPod streams one pod's log until it ends.
-func (e *kindEnvironment) followPod(ctx context.Context, ns, name string, since metav1.Time) {
-	stream, err := e.kcpClients.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
+// followPod streams one pod's log from lines logged after from until the
+// stream ends and returns the timestamp of the last line read (from when
+// none).
+func (e *kindEnvironment) followPod(ctx context.Context, ns, name string, from time.Time) time.Time {
+	// SinceTime has a resolution of seconds: lines up to from are read
+	// again and skipped.
+	since := metav1.NewTime(from)
+	stream, err := e.kcpClients.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Follow: true, SinceTime: &since, Timestamps: true}).Stream(ctx)
 	if err != nil {
-		return
+		return from
 	}
 	defer stream.Close()
+	last := from
 	sc := bufio.NewScanner(stream)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
-		ev, ok := eventline.Parse(sc.Bytes())
+		ts, line, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || !at.After(from) {
+			continue
+		}
+		last = at
+		ev, ok := eventline.Parse([]byte(line))
 		if !ok {
 			continue
 		}
 		select {
 		case e.events <- Event{Time: ev.Time, RuntimeID: ev.RuntimeID, Namespace: ev.Watched.Namespace, Name: ev.Watched.Name, Kind: ev.GVK.Kind, Resync: ev.Resync}:
 		case <-ctx.Done():
-			return
+			return last
 		}
 	}
+	return last
 }
 
 func (e *kindEnvironment) Names() Names {
@@ -180,6 +238,14 @@ func (e *kindEnvironment) Names() Names {
 		WatchedLabel: localenv.WatchedLabel, GatewayNS: e.ingressNS, CASettle: trust.DefaultSettle,
 	}
 }
+
+// The kind environment is a ClusterEnvironment.
+var _ ClusterEnvironment = (*kindEnvironment)(nil)
+
+func (e *kindEnvironment) KCPClientset() kubernetes.Interface { return e.kcpClients }
+func (e *kindEnvironment) SKRClientset() kubernetes.Interface { return e.skrClients }
+func (e *kindEnvironment) Workload(c Component) Workload      { return e.workloads[c] }
+
 func (e *kindEnvironment) KCP() client.Client   { return e.kcp }
 func (e *kindEnvironment) SKR() client.Client   { return e.skr }
 func (e *kindEnvironment) Events() <-chan Event { return e.events }

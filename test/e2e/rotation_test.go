@@ -239,11 +239,12 @@ func tlsFailures(ctx context.Context) float64 {
 // writer changes watched SKR objects continuously and remembers each
 // successful write (what was last written when, and how many, follow).
 type writer struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	errs   []error
-	spans  []writeSpan
+	objects []string // the names of the objects it writes
+	cancel  context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	errs    []error
+	spans   []writeSpan
 }
 
 func startWriter(ctx context.Context, n sample, objects int) *writer {
@@ -260,6 +261,9 @@ func startWriter(ctx context.Context, n sample, objects int) *writer {
 func startWriterOn(ctx context.Context, kymas []*unstructured.Unstructured) *writer {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &writer{cancel: cancel, done: make(chan struct{})}
+	for _, k := range kymas {
+		w.objects = append(w.objects, k.GetName())
+	}
 	go func() {
 		defer GinkgoRecover()
 		defer close(w.done)

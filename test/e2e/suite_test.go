@@ -33,7 +33,26 @@ var (
 func TestE2E(t *testing.T) {
 	testenv.SkipIfShort(t)
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "Runtime Watcher end to end ("+envName()+")")
+	suiteConfig, reporterConfig := GinkgoConfiguration()
+	suiteConfig.LabelFilter = labelFilter(envName(), suiteConfig.LabelFilter)
+	RunSpecs(t, "Runtime Watcher end to end ("+envName()+")", suiteConfig, reporterConfig)
+}
+
+// kindOnly labels the specs that need pods of real clusters (the
+// e2e.ClusterEnvironment of E2E_ENV=kind), such as "kind-faults".
+const kindOnly = "kind-only"
+
+// labelFilter is the Ginkgo label filter for environment name: outside
+// kind, whatever filter was given (-ginkgo.label-filter) and never a
+// kind-only spec, so `make e2e` and `make test` leave them out.
+func labelFilter(name, given string) string {
+	if name == "kind" {
+		return given
+	}
+	if strings.TrimSpace(given) == "" {
+		return "!" + kindOnly
+	}
+	return "!" + kindOnly + " && (" + given + ")"
 }
 
 func envName() string {

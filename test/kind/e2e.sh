@@ -41,12 +41,15 @@
 #   E2E_KIND_REUSE=1  keep existing clusters of the same names instead of
 #                     re-creating them (faster re-runs)
 #   E2E_KIND_CLEANUP  on-success (default) | always | never: delete the clusters
-#   E2E_TIMEOUT       go test -timeout (default 30m)
+#   E2E_TIMEOUT       go test -timeout (default 60m: CA rotation waits out
+#                     vs-controller's 2 min --ca-settle per rotation, the
+#                     kind-faults specs a Deployment's recovery per fault)
 #   E2E_GO_TEST_FLAGS extra go test flags, e.g. "-ginkgo.focus=outage" (the
 #                     suite runs with -v: Ginkgo's summary is in the output)
 #                     (the `delivery` specs need the local environment's
 #                     delivery controls, the `module-sync` specs its demo
-#                     module manager; both are left out here)
+#                     module manager; both are left out here; the
+#                     `kind-faults` specs run only here: SUITE_LABELS)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -389,6 +392,14 @@ check_shards_keep_runtimes_owned() {
 	kcp -n kcp-system scale deployment/vs-controller --replicas=1
 }
 
+# SUITE_LABELS: the specs run here. kind-faults: those only a cluster can
+# run (pods deleted and restarted, labelled kind-only as well, which the
+# local suite leaves out); and every spec but those that need the local
+# environment's controls (delivery, takeover, silent, shards, module-sync's
+# demo module manager, fairness's low-limit class) or its loopback Envoy's
+# admin API (istio, edge, adversary).
+SUITE_LABELS='kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness)'
+
 run_suite() {
 	log "running the e2e suite (E2E_ENV=kind) through the Istio ingress gateway at 127.0.0.1:$GATEWAY_HOST_PORT"
 	cd "$ROOT"
@@ -406,7 +417,11 @@ run_suite() {
 		KYMA_NAMESPACE="$KYMA_NS" \
 		RUNTIME_ID="$RUNTIME_ID" \
 		SKR_DOMAIN="$SKR_DOMAIN" \
-		go test -count=1 -timeout "${E2E_TIMEOUT:-30m}" ./test/e2e/... -v -ginkgo.label-filter='!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary' -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
+		EXT_AUTHZ_DEPLOYMENT="kcp-system/ext-authz" \
+		VS_CONTROLLER_DEPLOYMENT="kcp-system/vs-controller" \
+		OPERATOR_DEPLOYMENT="$KYMA_NS/example-operator" \
+		WEBHOOK_DEPLOYMENT="kyma-system/skr-webhook" \
+		go test -count=1 -timeout "${E2E_TIMEOUT:-60m}" ./test/e2e/... -v -ginkgo.label-filter="$SUITE_LABELS" -ginkgo.fail-on-empty ${E2E_GO_TEST_FLAGS:-}
 }
 
 # collect_diagnostics: what is needed to understand a failure, in
@@ -417,16 +432,17 @@ collect_diagnostics() {
 	mkdir -p "$d"
 	kcp get pods,deployments,services -A -o wide >"$d/kcp-workloads.txt" 2>&1 || true
 	kcp get events -A --sort-by=.lastTimestamp >"$d/kcp-events.txt" 2>&1 || true
+	# Every replica's log (the kind-faults specs delete and restart pods).
 	kcp get gateways.networking.istio.io,virtualservices.networking.istio.io,authorizationpolicies.security.istio.io,certificates.cert-manager.io,watchers.operator.kyma-project.io,kymas.operator.kyma-project.io -A -o yaml >"$d/kcp-objects.yaml" 2>&1 || true
-	kcp -n kcp-system logs deployment/ext-authz --tail=500 >"$d/ext-authz.log" 2>&1 || true
-	kcp -n kcp-system logs deployment/vs-controller --tail=500 >"$d/vs-controller.log" 2>&1 || true
-	kcp -n kcp-system logs deployment/example-operator --tail=500 >"$d/example-operator.log" 2>&1 || true
+	kcp -n kcp-system logs -l app.kubernetes.io/name=ext-authz --prefix --tail=500 >"$d/ext-authz.log" 2>&1 || true
+	kcp -n kcp-system logs -l app.kubernetes.io/name=vs-controller --prefix --tail=500 >"$d/vs-controller.log" 2>&1 || true
+	kcp -n kcp-system logs -l app.kubernetes.io/name=example-operator --prefix --tail=500 >"$d/example-operator.log" 2>&1 || true
 	kcp -n istio-system logs deployment/istio-ingressgateway --tail=500 >"$d/istio-ingressgateway.log" 2>&1 || true
 	kcp -n istio-system logs deployment/istiod --tail=500 >"$d/istiod.log" 2>&1 || true
 	if [[ -s "$WORK_DIR/skr.kubeconfig" ]]; then
 		skr get pods,deployments,validatingwebhookconfigurations -A -o wide >"$d/skr-workloads.txt" 2>&1 || true
 		skr get events -A --sort-by=.lastTimestamp >"$d/skr-events.txt" 2>&1 || true
-		skr -n kyma-system logs deployment/skr-webhook --tail=500 >"$d/skr-webhook.log" 2>&1 || true
+		skr -n kyma-system logs -l app.kubernetes.io/name=skr-webhook --prefix --tail=500 >"$d/skr-webhook.log" 2>&1 || true
 	fi
 	printf 'e2e-kind: diagnostics (pods, events, objects, logs) are in %s\n' "$d" >&2
 }

@@ -133,7 +133,7 @@ case "$1 $2" in
 esac
 log_call "$@"
 if [ "$1" = test ]; then
-	for v in E2E_ENV KCP_KUBECONFIG SKR_KUBECONFIG GATEWAY_ADDR GATEWAY_HOST CA_SECRET INGRESS_NAMESPACE INGRESS_DEPLOYMENT OPERATOR_NAMESPACE OPERATOR_SELECTOR KYMA_NAMESPACE RUNTIME_ID SKR_DOMAIN; do
+	for v in E2E_ENV KCP_KUBECONFIG SKR_KUBECONFIG GATEWAY_ADDR GATEWAY_HOST CA_SECRET INGRESS_NAMESPACE INGRESS_DEPLOYMENT OPERATOR_NAMESPACE OPERATOR_SELECTOR KYMA_NAMESPACE RUNTIME_ID SKR_DOMAIN EXT_AUTHZ_DEPLOYMENT VS_CONTROLLER_DEPLOYMENT OPERATOR_DEPLOYMENT WEBHOOK_DEPLOYMENT; do
 		printf 'env %s=%s\n' "$v" "$(printenv "$v")" >>"$STUB_LOG"
 	done
 	check_path "$KCP_KUBECONFIG"
@@ -343,7 +343,8 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"rollout status deployment/skr-webhook",
 		"-n rw-np-probe exec probe",
 		// -v: Ginkgo's summary in the output; a label filter that selects nothing fails.
-		"go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.label-filter=!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary -ginkgo.fail-on-empty",
+		// kind-faults: the specs only a cluster runs (pods deleted and restarted).
+		"go test -count=1 -timeout 60m ./test/e2e/... -v -ginkgo.label-filter=kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness) -ginkgo.fail-on-empty",
 		"env E2E_ENV=kind",
 		"env GATEWAY_ADDR=127.0.0.1:30443",
 		"env GATEWAY_HOST=runtime-watcher-kcp-control-plane.kind",
@@ -351,6 +352,10 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"env INGRESS_DEPLOYMENT=istio-ingressgateway",
 		"env RUNTIME_ID=runtime-1",
 		"env SKR_DOMAIN=skr-1.local.example.com",
+		"env EXT_AUTHZ_DEPLOYMENT=kcp-system/ext-authz",
+		"env VS_CONTROLLER_DEPLOYMENT=kcp-system/vs-controller",
+		"env OPERATOR_DEPLOYMENT=kcp-system/example-operator",
+		"env WEBHOOK_DEPLOYMENT=kyma-system/skr-webhook",
 		"drain runtime-watcher-kcp-control-plane",
 		"uncordon runtime-watcher-kcp-control-plane",
 		"scale deployment/vs-controller --replicas=3",
@@ -394,7 +399,7 @@ func TestE2EScriptKeepsTheClustersAndCollectsDiagnosticsWhenTheSuiteFails(t *tes
 	if r.err == nil {
 		t.Fatalf("e2e.sh succeeded although the suite failed\n%s", r.log)
 	}
-	inOrder(t, r.log, "go test", "logs deployment/ext-authz", "logs deployment/skr-webhook")
+	inOrder(t, r.log, "go test", "logs -l app.kubernetes.io/name=ext-authz", "logs -l app.kubernetes.io/name=skr-webhook")
 	if strings.Contains(r.log, "kind delete cluster") {
 		t.Errorf("clusters deleted after a failure (E2E_KIND_CLEANUP=on-success):\n%s", r.log)
 	}
