@@ -396,9 +396,10 @@ check_shards_keep_runtimes_owned() {
 # run (pods deleted and restarted, labelled kind-only as well, which the
 # local suite leaves out); and every spec but those that need the local
 # environment's controls (delivery, takeover, silent, shards, module-sync's
-# demo module manager, fairness's low-limit class) or its loopback Envoy's
-# admin API (istio, edge, adversary).
-SUITE_LABELS='kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness)'
+# demo module manager, fairness's low-limit class, kyma-listener's operator on
+# Kyma's listener as a process) or its loopback Envoy's admin API (istio,
+# edge, adversary).
+SUITE_LABELS='kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness && !kyma-listener)'
 
 run_suite() {
 	log "running the e2e suite (E2E_ENV=kind) through the Istio ingress gateway at 127.0.0.1:$GATEWAY_HOST_PORT"

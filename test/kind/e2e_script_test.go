@@ -344,7 +344,7 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"-n rw-np-probe exec probe",
 		// -v: Ginkgo's summary in the output; a label filter that selects nothing fails.
 		// kind-faults: the specs only a cluster runs (pods deleted and restarted).
-		"go test -count=1 -timeout 60m ./test/e2e/... -v -ginkgo.label-filter=kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness) -ginkgo.fail-on-empty",
+		"go test -count=1 -timeout 60m ./test/e2e/... -v -ginkgo.label-filter=kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness && !kyma-listener) -ginkgo.fail-on-empty",
 		"env E2E_ENV=kind",
 		"env GATEWAY_ADDR=127.0.0.1:30443",
 		"env GATEWAY_HOST=runtime-watcher-kcp-control-plane.kind",
