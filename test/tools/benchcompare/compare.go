@@ -32,6 +32,9 @@ type server struct {
 	// offered rate, so an open loop would only measure its queue).
 	closedOnly bool
 	role       string // roleCeiling, roleTwin or ""
+	// deadline of each request to an ext_authz server: the gateway's
+	// (loadgen.GatewayAuthzTimeout, 500 ms) when 0.
+	deadline time.Duration
 }
 
 const (

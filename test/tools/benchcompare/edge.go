@@ -21,6 +21,9 @@ const (
 	// edgeAllow is the mechanism's price: the same Envoy calling an
 	// always-allow ext_authz server (issue 42); a twin beside it.
 	edgeAllow = "Envoy + always-allow ext_authz"
+	// edgeAllowTwin is its twin: the spread between the two is the noise
+	// of the goal judged on edgeAllow (a peer, never judged itself).
+	edgeAllowTwin = edgeAllow + " (twin)"
 )
 
 // edgeAuthz are the authz servers of the ext_authz comparison, which the
@@ -73,7 +76,7 @@ func setupEdge(serversBinary string) (*comparison, func(), error) {
 		{name: "Envoy without ext_authz (ceiling)", role: roleCeiling},
 		{name: "Envoy without ext_authz (twin)", role: roleTwin},
 		{name: edgeAllow, role: rolePeer},
-		{name: edgeAllow + " (twin)", role: rolePeer},
+		{name: edgeAllowTwin, role: rolePeer},
 		{name: edgeSubject},
 		{name: "Envoy + OPA " + opaVersion() + " (Rego)", role: rolePeer, everyNth: 4, closedOnly: true},
 	}

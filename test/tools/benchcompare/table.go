@@ -97,6 +97,8 @@ func goals(r *row) []measured {
 		return []measured{{loadgen.EdgeAddedP50, med(r.addedP50)}}
 	case r.server == edgeAllow:
 		return []measured{{loadgen.EdgeCPUvsAllow, med(r.subjectRatio)}}
+	case r.server == edgeAllowTwin:
+		return nil // the noise of the row above, judged against nothing
 	case r.group == groupEdge && r.role == rolePeer:
 		return []measured{{loadgen.EdgeCPUvsOPA, med(r.subjectRatio)}}
 	case r.server == "skr-webhook":

@@ -83,3 +83,33 @@ func TestTableKymaListenerPeer(t *testing.T) {
 		}
 	}
 }
+
+// The edge's always-allow row carries the goal ≤ 1.05×, its twin none (it
+// was judged against OPA's ≤ 0.50× once, a miss the table reported for a
+// noise row), and OPA's row ≤ 0.50×.
+func TestTableEdgeAllowTwinHasNoGoal(t *testing.T) {
+	c := &comparison{group: groupEdge, servers: []server{
+		{name: "ceiling", role: roleCeiling}, {name: "twin", role: roleTwin}, {name: edgeSubject},
+		{name: edgeAllow, role: rolePeer}, {name: edgeAllowTwin, role: rolePeer}, {name: "Envoy + OPA", role: rolePeer},
+	}}
+	tb := &table{}
+	tb.add(c, closedLoad(16), 0, []loadgen.Sample{
+		sample(100, 100*time.Microsecond, 100*time.Microsecond),
+		sample(100, 100*time.Microsecond, 100*time.Microsecond),
+		sample(100, 300*time.Microsecond, 300*time.Microsecond),
+		sample(100, 300*time.Microsecond, 310*time.Microsecond),
+		sample(100, 300*time.Microsecond, 305*time.Microsecond),
+		sample(100, 900*time.Microsecond, 1000*time.Microsecond),
+	})
+	var b strings.Builder
+	met, all := tb.render(&b)
+	out := b.String()
+	if met != 2 || all != 2 {
+		t.Fatalf("%d of %d goals met, want 2 of 2 (the twin judged against nothing):\n%s", met, all, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "| "+edgeAllowTwin+" |") && !strings.HasSuffix(line, "|  |  |") {
+			t.Errorf("the twin row carries a goal: %s", line)
+		}
+	}
+}
