@@ -334,10 +334,11 @@ func (r *TakeOver) Adopt(ctx context.Context, kyma client.Object, runtimeKey str
 			removed++
 		}
 	}
-	r.event(kyma, corev1.EventTypeNormal, ReasonAdopted, fmt.Sprintf(
-		"took over from Lifecycle Manager: admission switched to runtime-watcher's skr-webhook, %d object(s) of LM removed", removed))
+	// The metrics first: whoever sees the Event sees them counted.
 	vsmetrics.Adoptions.WithLabelValues("switched").Inc()
 	r.lmCerts.forget(runtimeKey)
+	r.event(kyma, corev1.EventTypeNormal, ReasonAdopted, fmt.Sprintf(
+		"took over from Lifecycle Manager: admission switched to runtime-watcher's skr-webhook, %d object(s) of LM removed", removed))
 	r.SKR.ForgetApplied(runtimeKey)
 	if err := r.setTakeOverCondition(ctx, kyma, runtimeKey, takenOver); err != nil {
 		// finishAdoption sets it again while the take-over objects remain.
