@@ -300,6 +300,27 @@ probe_reach() {
 	kcp -n "$1" exec probe -- timeout 4 bash -c "echo >/dev/tcp/$2/$3" >/dev/null 2>&1
 }
 
+# start_probes: the probe pods of the checks below, one in a namespace of
+# its own and one in istio-system carrying the gateway's labels. They run
+# the Debian root file system of rootfs.sh (bash's /dev/tcp; nothing
+# pulled).
+start_probes() {
+	local probe
+	probe="$("$HERE/rootfs.sh" net)"
+	log "starting the probe pods (image $probe)"
+	"$KIND" load docker-image "$probe" --name "$KCP_CLUSTER"
+	kcp create namespace rw-np-probe --dry-run=client -o yaml | kcp apply -f -
+	kcp -n rw-np-probe run probe --image="$probe" --image-pull-policy=Never --labels=app=probe --command -- sleep infinity
+	kcp -n istio-system run probe --image="$probe" --image-pull-policy=Never --labels=istio=ingressgateway,app=probe --command -- sleep infinity
+	kcp -n rw-np-probe wait --for=condition=Ready pod/probe --timeout=2m
+	kcp -n istio-system wait --for=condition=Ready pod/probe --timeout=2m
+}
+
+stop_probes() {
+	kcp delete namespace rw-np-probe --timeout=2m
+	kcp -n istio-system delete pod probe --timeout=2m
+}
+
 # check_network_policies: what only a cluster shows — the NetworkPolicies of
 # manifests/kcp and the example operator are enforced (kube-router's firewall
 # in the node image). A pod in another namespace cannot open ext-authz's gRPC
@@ -307,18 +328,10 @@ probe_reach() {
 # trust identity headers only the gateway sets, so it cannot forge
 # x-watcher-runtime-id either), but can open their metrics ports, which the policies leave
 # open (so a refusal is the policy's, not an unreachable pod); a pod carrying
-# the gateway's labels in istio-system can open both. The probe pods run the
-# Debian root file system of rootfs.sh (bash's /dev/tcp; nothing pulled).
+# the gateway's labels in istio-system can open both.
 check_network_policies() {
-	local probe ea vs op
-	probe="$("$HERE/rootfs.sh" net)"
-	log "NetworkPolicies: probing ext-authz and vs-controller from another namespace and from the gateway's (probe image $probe)"
-	"$KIND" load docker-image "$probe" --name "$KCP_CLUSTER"
-	kcp create namespace rw-np-probe --dry-run=client -o yaml | kcp apply -f -
-	kcp -n rw-np-probe run probe --image="$probe" --image-pull-policy=Never --labels=app=probe --command -- sleep infinity
-	kcp -n istio-system run probe --image="$probe" --image-pull-policy=Never --labels=istio=ingressgateway,app=probe --command -- sleep infinity
-	kcp -n rw-np-probe wait --for=condition=Ready pod/probe --timeout=2m
-	kcp -n istio-system wait --for=condition=Ready pod/probe --timeout=2m
+	local ea vs op
+	log "NetworkPolicies: probing ext-authz and vs-controller from another namespace and from the gateway's"
 	ea="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=ext-authz -o jsonpath='{.items[0].status.podIP}')"
 	vs="$(kcp -n kcp-system get pod -l app.kubernetes.io/name=vs-controller -o jsonpath='{.items[0].status.podIP}')"
 	op="$(kcp -n "$KYMA_NS" get pod -l app.kubernetes.io/name=example-operator -o jsonpath='{.items[0].status.podIP}')"
@@ -331,9 +344,31 @@ check_network_policies() {
 	probe_reach istio-system "$ea" 9001 || die "NetworkPolicy check: the gateway's pods cannot reach ext-authz's gRPC port"
 	probe_reach istio-system "$vs" 8090 || die "NetworkPolicy check: the gateway's pods cannot reach vs-controller's health-report port"
 	probe_reach istio-system "$op" 8082 || die "NetworkPolicy check: the gateway's pods cannot reach the listener's events port"
-	kcp delete namespace rw-np-probe --timeout=2m
-	kcp -n istio-system delete pod probe --timeout=2m
 	log "NetworkPolicies enforced: other namespaces refused on ext-authz :9001, vs-controller :8090 and the listener :8082, the gateway admitted"
+}
+
+# probe_status NS IP PORT PATH: the HTTP status the probe pod in NS gets
+# for GET PATH on IP:PORT within 4 s (empty when nothing answers).
+probe_status() {
+	kcp -n "$1" exec probe -- timeout 4 bash -c "exec 3<>/dev/tcp/$2/$3 && printf 'GET %s HTTP/1.0\r\n\r\n' '$4' >&3 && head -n1 <&3" 2>/dev/null | awk '{print $2}'
+}
+
+# check_gateway_status_port: the ingress gateway's pilot-agent serves its
+# status port 15020 — readiness and the merged metrics Prometheus scrapes —
+# without /debug/pprof (the injection template watcher-gateway of
+# manifests/istio/istiod-values.yaml: --profiling=false), as seen by any
+# pod of the cluster.
+check_gateway_status_port() {
+	local gw code
+	gw="$(kcp -n istio-system get pod -l app=istio-ingressgateway -o jsonpath='{.items[0].status.podIP}')"
+	log "the gateway's status port: probing $gw:15020 from another namespace"
+	code="$(probe_status rw-np-probe "$gw" 15020 /healthz/ready)"
+	[[ "$code" == 200 ]] || die "gateway status port check: /healthz/ready on $gw:15020 answered '$code', want 200"
+	code="$(probe_status rw-np-probe "$gw" 15020 /stats/prometheus)"
+	[[ "$code" == 200 ]] || die "gateway status port check: /stats/prometheus on $gw:15020 answered '$code', want 200"
+	code="$(probe_status rw-np-probe "$gw" 15020 /debug/pprof/)"
+	[[ "$code" == 404 ]] || die "the gateway serves /debug/pprof: $gw:15020 answered '$code', want 404"
+	log "the gateway's status port serves readiness and metrics, no /debug/pprof"
 }
 
 # check_drain_honours_pdbs: a node drain evicts the example operator's pods
@@ -480,7 +515,10 @@ main() {
 	install_crds
 	deploy_kcp
 	deploy_samples
+	start_probes
 	check_network_policies
+	check_gateway_status_port
+	stop_probes
 	run_suite
 	check_drain_honours_pdbs
 	check_shards_keep_runtimes_owned

@@ -103,6 +103,10 @@ case " $* " in
 # The NetworkPolicy probes: refused from another namespace on the guarded
 # ports, admitted elsewhere.
 *" -n rw-np-probe exec probe "*/9001" "* | *" -n rw-np-probe exec probe "*/8090" "* | *" -n rw-np-probe exec probe "*/8082" "*) exit "${STUB_NP_OPEN:-1}" ;;
+# The gateway's status port: readiness and metrics answer, /debug/pprof
+# does not (unless STUB_PPROF_OPEN=1).
+*" exec probe "*"/15020 "*"/debug/pprof/"*) [ "${STUB_PPROF_OPEN:-0}" = 1 ] && echo "HTTP/1.0 200 OK" || echo "HTTP/1.0 404 Not Found" ;;
+*" exec probe "*"/15020 "*) echo "HTTP/1.0 200 OK" ;;
 # vs-controller's shards: the replicas last scaled to, one runtime owned in all.
 *" scale deployment/vs-controller --replicas="*) all="$*"; echo "${all##*--replicas=}" >"$STUB_LOG.replicas" ;;
 *" get pod -l app.kubernetes.io/name=vs-controller --no-headers "*) for _ in $(seq "$(cat "$STUB_LOG.replicas" 2>/dev/null || echo 1)"); do echo vs-controller; done ;;
@@ -342,6 +346,7 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 		"kyma.yaml",
 		"rollout status deployment/skr-webhook",
 		"-n rw-np-probe exec probe",
+		"'/debug/pprof/'",
 		// -v: Ginkgo's summary in the output; a label filter that selects nothing fails.
 		// kind-faults: the specs only a cluster runs (pods deleted and restarted).
 		"go test -count=1 -timeout 60m ./test/e2e/... -v -ginkgo.label-filter=kind-faults || (!delivery && !module-sync && !takeover && !silent && !shards && !istio && !edge && !adversary && !fairness && !kyma-listener) -ginkgo.fail-on-empty",
@@ -391,6 +396,19 @@ func TestE2EScriptFailsWhenNetworkPoliciesAreNotEnforced(t *testing.T) {
 	}
 	if strings.Contains(r.log, "go test") {
 		t.Errorf("ran the suite after the NetworkPolicy check failed:\n%s", r.log)
+	}
+}
+
+func TestE2EScriptFailsWhenTheGatewayServesPprof(t *testing.T) {
+	r := runScript(t, nil, "STUB_PPROF_OPEN=1")
+	if r.err == nil {
+		t.Fatalf("e2e.sh succeeded although the gateway served /debug/pprof on its status port\n%s", r.log)
+	}
+	if !strings.Contains(r.stderr, "the gateway serves /debug/pprof") {
+		t.Errorf("does not say the gateway serves /debug/pprof:\n%s", r.stderr)
+	}
+	if strings.Contains(r.log, "go test") {
+		t.Errorf("ran the suite after the status port check failed:\n%s", r.log)
 	}
 }
 
