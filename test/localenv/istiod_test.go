@@ -205,7 +205,16 @@ func normaliseConfigDump(dump []byte, ports map[int]int) ([]byte, error) {
 			}
 		case strings.HasSuffix(t, ".RoutesConfigDump"):
 			for _, r := range list(c, "dynamic_route_configs") {
-				add("RDS", r.(map[string]any)["route_config"])
+				rc, _ := r.(map[string]any)["route_config"].(map[string]any)
+				for _, vh := range list(rc, "virtual_hosts") {
+					if vh, ok := vh.(map[string]any); ok {
+						sort.SliceStable(list(vh, "routes"), func(i, j int) bool {
+							routes := list(vh, "routes")
+							return sourceOf(routes[i]) < sourceOf(routes[j])
+						})
+					}
+				}
+				add("RDS", rc)
 			}
 		case strings.HasSuffix(t, ".ClustersConfigDump"):
 			for _, cl := range list(c, "dynamic_active_clusters") {
@@ -228,6 +237,21 @@ func normaliseConfigDump(dump []byte, ports map[int]int) ([]byte, error) {
 	return append(b, '\n'), err
 }
 
+// sourceOf is the VirtualService a route of istiod's came from (its
+// metadata istio.config). istiod orders the routes of different
+// VirtualServices on one host by their creation times, to the second, and
+// by name on a tie: whether the health route and a Watcher's are created
+// in the same second is timing (the golden file once failed on it), while
+// the order within one VirtualService is ours and kept (a stable sort).
+func sourceOf(route any) string {
+	m, _ := route.(map[string]any)
+	md, _ := m["metadata"].(map[string]any)
+	fm, _ := md["filter_metadata"].(map[string]any)
+	istio, _ := fm["istio"].(map[string]any)
+	s, _ := istio["config"].(string)
+	return s
+}
+
 func nameOf(v any) string {
 	m, _ := v.(map[string]any)
 	if n, ok := m["name"].(string); ok {
@@ -241,5 +265,31 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The golden comparison ignores the order istiod gives the routes of
+// different VirtualServices (creation times), never the order of one
+// VirtualService's routes.
+func TestNormaliseConfigDumpRouteOrder(t *testing.T) {
+	route := func(name, vs string) string {
+		return `{"name": "` + name + `", "metadata": {"filter_metadata": {"istio": {"config": "/apis/networking.istio.io/v1/namespaces/ns/virtual-service/` + vs + `"}}}}`
+	}
+	dump := func(routes ...string) []byte {
+		return []byte(`{"configs": [{"@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump", "dynamic_route_configs": [` +
+			`{"route_config": {"name": "https.443", "virtual_hosts": [{"name": "gw", "routes": [` + strings.Join(routes, ",") + `]}]}}]}]}`)
+	}
+	norm := func(d []byte) string {
+		t.Helper()
+		b, err := normaliseConfigDump(d, nil)
+		must(t, err)
+		return string(b)
+	}
+	a1, a2, b1 := route("a1", "a"), route("a2", "a"), route("b1", "b")
+	if x, y := norm(dump(a1, b1, a2)), norm(dump(b1, a1, a2)); x != y {
+		t.Errorf("the order of two VirtualServices' routes counts:\n%s\n%s", x, y)
+	}
+	if x, y := norm(dump(a1, a2, b1)), norm(dump(a2, a1, b1)); x == y {
+		t.Errorf("the order of one VirtualService's routes is lost:\n%s", x)
 	}
 }
