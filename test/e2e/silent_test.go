@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -156,16 +157,36 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 		return false
 	}
 
-	var saved map[string][]byte
+	var (
+		saved    map[string][]byte
+		injected *pki.Leaf
+	)
 	replaceCert := func(leaf func(ctx context.Context) *pki.Leaf) func(context.Context) {
 		return func(ctx context.Context) {
 			sec := &corev1.Secret{}
 			Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, sec)).To(Succeed())
 			saved = map[string][]byte{corev1.TLSCertKey: sec.Data[corev1.TLSCertKey], corev1.TLSPrivateKeyKey: sec.Data[corev1.TLSPrivateKeyKey]}
-			l := leaf(ctx)
-			sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey] = l.CertPEM, l.KeyPEM
+			injected = leaf(ctx)
+			sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey] = injected.CertPEM, injected.KeyPEM
 			Expect(env.SKR().Update(ctx, sec)).To(Succeed())
 		}
+	}
+	// holdCert keeps the injected certificate in the SKR's Secret while the
+	// spec waits for the flag: vs-controller rightly repairs the bundle's
+	// drift whenever it reconciles the runtime (every --skr-resync, 10 min,
+	// and on any change of the runtime), and a repair inside the window
+	// undid the fault (the rehearsal of CI: san-mismatch never flagged, the
+	// runtime heard again). The spec is about a fault that persists; it
+	// returns whether it had to write the certificate again.
+	holdCert := func(ctx context.Context, g Gomega) bool {
+		sec := &corev1.Secret{}
+		g.Expect(env.SKR().Get(ctx, client.ObjectKey{Namespace: n.SKRNamespace, Name: bundle.SecretName}, sec)).To(Succeed())
+		if bytes.Equal(sec.Data[corev1.TLSCertKey], injected.CertPEM) {
+			return false
+		}
+		sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey] = injected.CertPEM, injected.KeyPEM
+		g.Expect(env.SKR().Update(ctx, sec)).To(Succeed())
+		return true
 	}
 	restoreCert := func(ctx context.Context) {
 		sec := &corev1.Secret{}
@@ -243,21 +264,24 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 		what   string
 		inject func(context.Context)
 		undo   func(context.Context)
+		// hold, when set, puts the fault back if something repaired it
+		// (reporting whether it did) while the spec waits for the flag.
+		hold func(context.Context, Gomega) bool
 	}
 	faults := []fault{
 		{health.CauseWebhookNotReady, "its skr-webhook process is killed",
 			func(context.Context) { Expect(h.StopWebhook()).To(Succeed()) },
-			func(ctx context.Context) { Expect(h.RestartWebhook(ctx, reportEvery)).To(Succeed()) }},
+			func(ctx context.Context) { Expect(h.RestartWebhook(ctx, reportEvery)).To(Succeed()) }, nil},
 		{health.CauseCertificateExpired, "its Secret gets an expired certificate",
-			replaceCert(issue("", nil, -2*time.Hour, -time.Hour, false)), restoreCert},
+			replaceCert(issue("", nil, -2*time.Hour, -time.Hour, false)), restoreCert, holdCert},
 		{health.CauseCertificateNotYetValid, "its Secret gets a certificate valid from tomorrow",
-			replaceCert(issue("", nil, 24*time.Hour, 48*time.Hour, false)), restoreCert},
+			replaceCert(issue("", nil, 24*time.Hour, 48*time.Hour, false)), restoreCert, holdCert},
 		{health.CauseCAUntrusted, "its Secret gets a certificate of a CA the gateway does not trust",
-			replaceCert(issue("", nil, 0, 0, true)), restoreCert},
+			replaceCert(issue("", nil, 0, 0, true)), restoreCert, holdCert},
 		{health.CauseSANMismatch, "its Secret gets a certificate without its skr-domain",
-			replaceCert(issue("", []string{"elsewhere.example.com", "localhost"}, 0, 0, false)), restoreCert},
+			replaceCert(issue("", []string{"elsewhere.example.com", "localhost"}, 0, 0, false)), restoreCert, holdCert},
 		{health.CauseUnknownRuntime, "its Secret gets a certificate of a runtime no Kyma names",
-			replaceCert(issue("runtime-nobody-knows", nil, 0, 0, false)), restoreCert},
+			replaceCert(issue("runtime-nobody-knows", nil, 0, 0, false)), restoreCert, holdCert},
 		{health.CauseWebhookConfigMissing, "its ValidatingWebhookConfiguration is deleted",
 			func(ctx context.Context) {
 				savedVWC = &admissionregistrationv1.ValidatingWebhookConfiguration{}
@@ -269,7 +293,7 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 				c.ResourceVersion, c.UID, c.CreationTimestamp, c.ManagedFields = "", "", metav1.Time{}, nil
 				// vs-controller may have put it back already.
 				Expect(client.IgnoreAlreadyExists(env.SKR().Create(ctx, c))).To(Succeed())
-			}},
+			}, nil},
 		{health.CauseWebhookConfigAltered, "its ValidatingWebhookConfiguration's failurePolicy is changed",
 			func(ctx context.Context) {
 				savedVWC = &admissionregistrationv1.ValidatingWebhookConfiguration{}
@@ -286,22 +310,22 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 				Expect(env.SKR().Get(ctx, vwcKey, c)).To(Succeed())
 				c.Webhooks = savedVWC.Webhooks
 				Expect(env.SKR().Update(ctx, c)).To(Succeed())
-			}},
+			}, nil},
 		{health.CauseNoRoute, "its deliveries are answered 404 behind the gateway (a route not there)",
 			func(context.Context) {
 				Expect(delivery().SetServiceFault(onlySample(http.StatusNotFound))).To(Succeed())
 			},
-			func(context.Context) { Expect(delivery().SetServiceFault(nil)).To(Succeed()) }},
+			func(context.Context) { Expect(delivery().SetServiceFault(nil)).To(Succeed()) }, nil},
 		{health.CauseDeliveryFailing, "its deliveries are answered 503 (its operator fails)",
 			func(context.Context) {
 				Expect(delivery().SetServiceFault(onlySample(http.StatusServiceUnavailable))).To(Succeed())
 			},
-			func(context.Context) { Expect(delivery().SetServiceFault(nil)).To(Succeed()) }},
+			func(context.Context) { Expect(delivery().SetServiceFault(nil)).To(Succeed()) }, nil},
 		{health.CauseNothingHeard, "its webhook reaches no KCP (an address where nothing listens)",
 			func(ctx context.Context) {
 				Expect(h.RestartWebhook(ctx, reportEvery, "--kcp-addr", testenv.FreeAddr())).To(Succeed())
 			},
-			func(ctx context.Context) { Expect(h.RestartWebhook(ctx, reportEvery)).To(Succeed()) }},
+			func(ctx context.Context) { Expect(h.RestartWebhook(ctx, reportEvery)).To(Succeed()) }, nil},
 	}
 
 	for i, f := range faults {
@@ -317,13 +341,20 @@ var _ = Describe("Watch-path health", Ordered, Label("silent"), func() {
 			changedAt := time.Now()
 			Expect(setSpec(ctx, watched, fmt.Sprintf("during-%s", f.cause))).To(Succeed())
 
+			held := 0
 			Eventually(func(g Gomega) {
+				if f.hold != nil && f.hold(ctx, g) {
+					held++
+				}
 				g.Expect(flaggedBy(ctx, g)).To(Equal(map[string]float64{string(f.cause): 1}))
 				g.Expect(hasPrefix(kymaEvents(ctx, g, n.RuntimeID, health.ReasonWatchPathBroken), string(f.cause))).To(BeTrue(),
 					"no %s Event naming %s on Kyma %s", health.ReasonWatchPathBroken, f.cause, n.RuntimeID)
 				g.Expect(silentOnWatcher(ctx, g)).To(BeEquivalentTo(1))
 			}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s not flagged within 2 minutes", f.cause)
 			AddReportEntry(fmt.Sprintf("%s flagged after", f.cause), time.Since(start).Round(time.Second).String())
+			if held > 0 {
+				AddReportEntry(fmt.Sprintf("%s: the fault put back after a repair", f.cause), held)
+			}
 			for _, rt := range others {
 				Expect(kymaEvents(ctx, Default, rt.ID(), health.ReasonWatchPathBroken)).To(BeEmpty(), "runtime %s flagged", rt.ID())
 			}
