@@ -387,28 +387,29 @@ func TestE2EScriptRunsEveryStepWithThePinnedVersions(t *testing.T) {
 }
 
 func TestE2EScriptFailsWhenNetworkPoliciesAreNotEnforced(t *testing.T) {
-	r := runScript(t, nil, "STUB_NP_OPEN=0")
-	if r.err == nil {
-		t.Fatalf("e2e.sh succeeded although a pod of another namespace reached ext-authz's gRPC port\n%s", r.log)
-	}
-	if !strings.Contains(r.stderr, "NetworkPolicy not enforced") {
-		t.Errorf("does not say the policy is not enforced:\n%s", r.stderr)
-	}
-	if strings.Contains(r.log, "go test") {
-		t.Errorf("ran the suite after the NetworkPolicy check failed:\n%s", r.log)
-	}
+	checkStopsBeforeTheSuite(t, "STUB_NP_OPEN=0", "NetworkPolicy not enforced",
+		"a pod of another namespace reached ext-authz's gRPC port")
 }
 
 func TestE2EScriptFailsWhenTheGatewayServesPprof(t *testing.T) {
-	r := runScript(t, nil, "STUB_PPROF_OPEN=1")
+	checkStopsBeforeTheSuite(t, "STUB_PPROF_OPEN=1", "the gateway serves /debug/pprof",
+		"the gateway served /debug/pprof on its status port")
+}
+
+// checkStopsBeforeTheSuite runs the script with a double's env set to a
+// fault (what) its checks must catch: the script fails, saying says, and
+// never runs the suite.
+func checkStopsBeforeTheSuite(t *testing.T, env, says, what string) {
+	t.Helper()
+	r := runScript(t, nil, env)
 	if r.err == nil {
-		t.Fatalf("e2e.sh succeeded although the gateway served /debug/pprof on its status port\n%s", r.log)
+		t.Fatalf("e2e.sh succeeded although %s\n%s", what, r.log)
 	}
-	if !strings.Contains(r.stderr, "the gateway serves /debug/pprof") {
-		t.Errorf("does not say the gateway serves /debug/pprof:\n%s", r.stderr)
+	if !strings.Contains(r.stderr, says) {
+		t.Errorf("does not say %q:\n%s", says, r.stderr)
 	}
 	if strings.Contains(r.log, "go test") {
-		t.Errorf("ran the suite after the status port check failed:\n%s", r.log)
+		t.Errorf("ran the suite after the check that %s failed:\n%s", says, r.log)
 	}
 }
 

@@ -27,16 +27,10 @@ var analysed = []string{
 }
 
 func TestIstioAnalyzersAcceptTheManifests(t *testing.T) {
-	values, err := os.ReadFile(filepath.Join(repo, "manifests/istio/istiod-values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var v struct {
 		MeshConfig map[string]any `json:"meshConfig"`
 	}
-	if err := yaml.Unmarshal(values, &v); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, "manifests/istio/istiod-values.yaml", &v)
 	mesh, err := yaml.Marshal(v.MeshConfig)
 	if err != nil {
 		t.Fatal(err)
